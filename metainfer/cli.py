@@ -1,0 +1,52 @@
+"""The ``metainfer`` command line.
+
+Each sub-command lives in its own module under ``metainfer/commands/`` and exposes
+``register(app)``; this file only discovers them, so commands stay one concern per file.
+A ``MetainferError`` is printed as one line and exits with status 2; nothing is lost.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from metainfer.errors import MetainferError
+
+app = typer.Typer(
+    name="metainfer",
+    help="Generate a model-specific inference engine with a coding agent, gated by HF parity and measured speed.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """metainfer: targets, checkpoints, engines, parity, benchmarks and the build loop."""
+
+
+def _register_commands() -> None:
+    import metainfer.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{pkg.__name__}.{info.name}").register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Console entry point: run the app; a ``MetainferError`` becomes a one-line message and exit status 2."""
+    try:
+        app()
+    except MetainferError as err:
+        typer.secho(f"error: {err}", fg="red", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Sub-commands of ``metainfer``: one module each, each with ``register(app: typer.Typer)``."""

@@ -1,0 +1,139 @@
+"""Model registry: the real HF configs (kept as data files) and their ``-tiny`` CPU twins.
+
+A model is known by name (``qwen3.6-35b-a3b``). ``ModelSpec.config`` is the whole
+HF ``config.json`` of the multimodal checkpoint (``Qwen3_5MoeForConditionalGeneration``);
+``ModelSpec.text`` is its ``text_config``, the only part the text engine reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from metainfer.errors import UnknownNameError
+
+DATA = Path(__file__).with_name("data")
+
+#: The tiny twin's text config overrides: same layer pattern (3 GDN then 1 full attention,
+#: repeated), GQA with several query heads per kv head, twice as many GDN value heads as
+#: key heads, the same partial rotary fraction, 16 experts top-4, a shared expert.
+#: Dims are multiples of 16 so the NVFP4 block scale (16 along K) divides them.
+TINY_TEXT = {
+    "hidden_size": 128,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "vocab_size": 1024,
+    "eos_token_id": 1000,
+    "max_position_embeddings": 4096,
+}
+TINY_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 128}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the registry.
+
+    Attributes:
+        name: registry name, e.g. ``qwen3.6-35b-a3b`` or ``qwen3.6-35b-a3b-tiny``.
+        family: engine template family under ``templates/engine/`` (``qwen3_5_moe``).
+        config: the full HF ``config.json`` as a dict (multimodal wrapper with ``text_config``).
+        tiny: True for the small CPU twin.
+    """
+
+    name: str
+    family: str
+    config: dict = field(repr=False)
+    tiny: bool = False
+
+    @property
+    def text(self) -> dict:
+        """The ``text_config`` dict (hidden size, layer types, MoE and GDN dims)."""
+        return self.config["text_config"]
+
+    @property
+    def layer_types(self) -> list[str]:
+        """Per-layer mixer kind, ``linear_attention`` (Gated DeltaNet) or ``full_attention``."""
+        return list(self.text["layer_types"])
+
+    def param_count(self) -> dict[str, int]:
+        """Parameter counts of the text model: ``total``, and ``active`` per token.
+
+        ``active`` counts the routed top-k experts only and leaves out the embedding
+        table (a lookup reads one row), which gives the 2.95 B DESIGN.md quotes.
+
+        Counts every weight the engine reads (embeddings, lm_head, attention, GDN, router,
+        experts, shared expert, norms); MTP and vision weights are not counted.
+        """
+        t = self.text
+        h, v = t["hidden_size"], t["vocab_size"]
+        hd, nq, nkv = t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
+        kd = t["linear_key_head_dim"] * t["linear_num_key_heads"]
+        vd = t["linear_value_head_dim"] * t["linear_num_value_heads"]
+        nv = t["linear_num_value_heads"]
+        attn = h * nq * hd * 2 + 2 * h * nkv * hd + nq * hd * h + 2 * hd
+        gdn = h * (2 * kd + vd) + h * vd + 2 * h * nv + (2 * kd + vd) * t["linear_conv_kernel_dim"] + vd * h + 2 * nv + t["linear_value_head_dim"]
+        e, i, si = t["num_experts"], t["moe_intermediate_size"], t["shared_expert_intermediate_size"]
+        expert = 3 * h * i
+        shared = 3 * h * si + h
+        router = e * h
+        total = 2 * v * h + h
+        active = v * h + h  # the embedding lookup reads one row, not the table
+        for kind in t["layer_types"]:
+            mix = attn if kind == "full_attention" else gdn
+            total += mix + router + e * expert + shared + 2 * h
+            active += mix + router + t["num_experts_per_tok"] * expert + shared + 2 * h
+        return {"total": total, "active": active}
+
+
+def _tiny(config: dict) -> dict:
+    cfg = copy.deepcopy(config)
+    text = cfg["text_config"]
+    text.update(TINY_TEXT)
+    interval = text.get("full_attention_interval", 4)
+    text["layer_types"] = [
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(text["num_hidden_layers"])
+    ]
+    cfg["vision_config"].update(TINY_VISION)
+    return cfg
+
+
+@cache
+def _registry() -> dict[str, ModelSpec]:
+    specs: dict[str, ModelSpec] = {}
+    for path in sorted(DATA.glob("*.json")):
+        config = json.loads(path.read_text())
+        name = path.stem
+        specs[name] = ModelSpec(name, "qwen3_5_moe", config)
+        specs[f"{name}-tiny"] = ModelSpec(f"{name}-tiny", "qwen3_5_moe", _tiny(config), tiny=True)
+    return specs
+
+
+def model_names() -> list[str]:
+    """Names of every registered model, real and tiny."""
+    return sorted(_registry())
+
+
+def get_model(name: str) -> ModelSpec:
+    """Look a model up by name.
+
+    Raises:
+        UnknownNameError: the name is not registered; the message lists the known ones.
+    """
+    try:
+        spec = _registry()[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown model {name!r}; known models: {', '.join(model_names())}") from None
+    return ModelSpec(spec.name, spec.family, copy.deepcopy(spec.config), spec.tiny)
