@@ -1,0 +1,177 @@
+"""The engine's ops: Triton kernels on CUDA, plain-torch references elsewhere.
+
+Every op has a reference in ``reference.py`` (the numerical specification) and a Triton
+kernel in its own file (kernel → launcher → public ``*_triton`` function). The functions
+below check their inputs, then dispatch on ``BACKEND``:
+
+- ``"auto"`` (default): Triton when the first tensor is on CUDA, the reference otherwise;
+- ``"reference"``: always the reference (debugging, parity bisection);
+- ``"triton"``: always Triton (CPU tensors need ``TRITON_INTERPRET=1`` set before this
+  package is imported; that is how the tests run the kernels here).
+
+The initial value comes from the environment variable ``ENGINE_KERNELS``. Keyword
+arguments after ``*`` (block sizes, ``num_warps``) go to the Triton launcher only, so the
+engine can pass values from ``tunables.json``; the reference ignores them.
+Shapes and formats: see README.md beside this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+from . import reference as ref
+from ._checks import check_conv, check_gdn_step, check_gated_norm, check_linear, check_moe, check_norm
+
+BACKEND: str = os.environ.get("ENGINE_KERNELS", "auto")
+_BACKENDS = ("auto", "reference", "triton")
+
+__all__ = [
+    "BACKEND",
+    "rmsnorm",
+    "gated_rmsnorm",
+    "nvfp4_linear",
+    "moe_nvfp4",
+    "gdn_recurrent_step",
+    "causal_conv1d_update",
+]
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    if BACKEND not in _BACKENDS:
+        raise ValueError(f"kernels.BACKEND = {BACKEND!r} is not one of {_BACKENDS}; set it (or ENGINE_KERNELS) to one of them")
+    if BACKEND == "reference":
+        return False
+    return BACKEND == "triton" or t.is_cuda
+
+
+def _triton(module: str, name: str):
+    # imported on first use so CPU-only runs never compile or import the kernel modules
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def rmsnorm(
+    x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | None = None, **launch
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-centred RMSNorm with a fused residual add.
+
+    Args:
+        x: bf16 [T, H]; w: [H] (any float dtype; used as ``1 + w``); eps: added to mean(x²);
+        residual: bf16 [T, H] or None.
+    Returns:
+        ``(y, s)``: ``s = x + residual`` (bf16, or ``x`` itself without residual) and
+        ``y = s * rsqrt(mean(s²) + eps) * (1 + w)`` computed in fp32, bf16 [T, H].
+    Launch keywords (Triton): ``num_warps``.
+    Raises:
+        ValueError: wrong rank, shape mismatch, or non-contiguous last dim.
+    """
+    check_norm(x, w, residual)
+    if _use_triton(x):
+        return _triton("rmsnorm", "rmsnorm_triton")(x, w, eps, residual, **launch)
+    return ref.rmsnorm_ref(x, w, eps, residual)
+
+
+def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float, **launch) -> torch.Tensor:
+    """HF ``Qwen3_5MoeRMSNormGated``: ``w * rmsnorm(o) * silu(z)`` (plain w), bf16 [N, D].
+
+    Args: o, z bf16 [N, D]; w [D]. Launch keywords: ``num_warps``.
+    Raises: ValueError on shape mismatch.
+    """
+    check_gated_norm(o, z, w)
+    if _use_triton(o):
+        return _triton("rmsnorm", "gated_rmsnorm_triton")(o, z, w, eps, **launch)
+    return ref.gated_rmsnorm_ref(o, z, w, eps)
+
+
+def nvfp4_linear(
+    x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, gscale: torch.Tensor, **launch
+) -> torch.Tensor:
+    """``x @ W.T`` for an NVFP4 weight ``W = e2m1 · scale · gscale`` (W4A16 on Hopper).
+
+    Args:
+        x: bf16 [M, K]; packed: uint8 [N, K/2] (element 2j low nibble, 2j+1 high);
+        scale: float8_e4m3fn [N, K/16]; gscale: fp32 scalar tensor (ModelOpt ``weight_scale_2``).
+    Returns: bf16 [M, N], fp32 accumulation.
+    Launch keywords: ``block_m``, ``block_n``, ``block_k``, ``num_warps``, ``num_stages``,
+    ``split_k`` (GEMV path), ``gemv_max_m`` (largest M that takes the GEMV path).
+    Raises: ValueError on shape/dtype mismatch or K not a multiple of 16.
+    """
+    check_linear(x, packed, scale, gscale)
+    if _use_triton(x):
+        return _triton("nvfp4_linear", "nvfp4_linear_triton")(x, packed, scale, gscale, **launch)
+    return ref.nvfp4_linear_ref(x, packed, scale, gscale)
+
+
+def moe_nvfp4(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w13: torch.Tensor,
+    s13: torch.Tensor,
+    g13: torch.Tensor,
+    w2: torch.Tensor,
+    s2: torch.Tensor,
+    g2: torch.Tensor,
+    **launch,
+) -> torch.Tensor:
+    """Routed NVFP4 experts: ``out[t] = sum_j w[t,j] · down_e(silu(gate_e(x_t)) · up_e(x_t))``.
+
+    Args:
+        x: bf16 [T, H]; topk_ids: int32/int64 [T, k] in [0, E); topk_weights: fp32 [T, k];
+        w13: uint8 [E, 2I, H/2] (rows [0, I) gate, [I, 2I) up); s13: e4m3 [E, 2I, H/16];
+        g13: fp32 [E, 2] (gate global, up global); w2: uint8 [E, H, I/2]; s2: e4m3 [E, H, I/16];
+        g2: fp32 [E].
+    Returns: bf16 [T, H]. Only hit experts' weights are read. The shared expert is not included.
+    Launch keywords: ``block_m``, ``block_n``, ``block_k``, ``num_warps``, ``num_stages``.
+    Raises: ValueError on shape/dtype mismatch.
+    """
+    check_moe(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2)
+    if _use_triton(x):
+        fn = _triton("moe", "moe_nvfp4_triton")
+        return fn(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2, **launch)
+    return ref.moe_nvfp4_ref(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2)
+
+
+def gdn_recurrent_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+    **launch,
+) -> torch.Tensor:
+    """One decode step of the gated delta rule for B sequences, updating ``state[slots]`` in place.
+
+    Args:
+        q, k: bf16 [B, HK, Dk]; v: bf16 [B, HV, Dv]; g, beta: fp32 [B, HV] (g = log decay ≤ 0);
+        state: fp32 [S, HV, Dk, Dv] (contiguous); slots: int [B], distinct rows of state.
+    Returns: o bf16 [B, HV, Dv]. Math: HF ``torch_recurrent_gated_delta_rule`` with
+    ``use_qk_l2norm_in_kernel=True`` (see ``reference.gdn_recurrent_step_ref``).
+    Launch keywords: ``block_v``, ``num_warps``.
+    Raises: ValueError on shape/dtype mismatch or HV not a multiple of HK.
+    """
+    check_gdn_step(q, k, v, g, beta, state, slots)
+    if _use_triton(q):
+        return _triton("gdn", "gdn_recurrent_step_triton")(q, k, v, g, beta, state, slots, **launch)
+    return ref.gdn_recurrent_step_ref(q, k, v, g, beta, state, slots)
+
+
+def causal_conv1d_update(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, slots: torch.Tensor, **launch
+) -> torch.Tensor:
+    """One decode step of the depthwise causal conv1d with SiLU, updating ``conv_state[slots]`` in place.
+
+    Args:
+        x: bf16 [B, C]; conv_state: bf16 [S, C, W-1] (oldest input first, contiguous);
+        weight: [C, W] (HF ``conv1d.weight.squeeze(1)``); slots: int [B], distinct.
+    Returns: y bf16 [B, C] = silu(conv over [state | x]). Launch keywords: ``block_c``, ``num_warps``.
+    Raises: ValueError on shape mismatch.
+    """
+    check_conv(x, conv_state, weight, slots)
+    if _use_triton(x):
+        return _triton("conv1d", "causal_conv1d_update_triton")(x, conv_state, weight, slots, **launch)
+    return ref.causal_conv1d_update_ref(x, conv_state, weight, slots)
