@@ -1,0 +1,1 @@
+"""Weight formats the checkpoint reader and the engines understand (NVFP4)."""

@@ -1,0 +1,163 @@
+"""NVFP4: E2M1 4-bit codes, float8_e4m3 block scales per 16 K-elements, one fp32 global scale.
+
+Layout (DESIGN.md "NVFP4 (facts)"; NVIDIA TensorRT-Model-Optimizer ``NVFP4QTensor``):
+
+- An E2M1 code is a uint8 in 0..15: bit 3 the sign, bits 0..2 index the magnitudes
+  ``{0, .5, 1, 1.5, 2, 3, 4, 6}``. Two codes share a byte along K: element ``2j`` in the
+  low nibble, element ``2j+1`` in the high nibble (ModelOpt ``NVFP4QTensor.quantize`` and
+  compressed-tensors ``pack_fp4_to_uint8`` agree on this order).
+- ModelOpt: ``weight`` uint8 [N, K/2], ``weight_scale`` float8_e4m3fn [N, K/16],
+  ``weight_scale_2`` fp32 [] = amax / (6 * 448), a *multiplier*:
+  ``W = e2m1 * weight_scale * weight_scale_2``.
+- compressed-tensors (``nvfp4-pack-quantized``): ``weight_packed`` (same bytes),
+  ``weight_scale`` (same), ``weight_global_scale`` fp32 [1] = 6 * 448 / amax, a *divisor*:
+  ``W = e2m1 * weight_scale / weight_global_scale``.
+
+6 is the largest E2M1 magnitude, 448 the largest finite float8_e4m3fn value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 16
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+
+#: magnitude of code ``c & 7``; code ``c | 8`` is its negative.
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+#: midpoints between consecutive magnitudes; a tie rounds to the even code (ModelOpt ``_cast_fp4``).
+_BOUNDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+
+
+@dataclass(frozen=True)
+class NvFp4:
+    """One NVFP4 weight in the ModelOpt convention.
+
+    Attributes:
+        weight: uint8 [N, K/2], two E2M1 codes per byte (2j low nibble, 2j+1 high).
+        weight_scale: float8_e4m3fn [N, K/16], one block scale per 16 K-elements.
+        weight_scale_2: float32 [], the global multiplier (amax / (6*448)).
+    """
+
+    weight: torch.Tensor
+    weight_scale: torch.Tensor
+    weight_scale_2: torch.Tensor
+
+
+def _check_k(k: int, what: str) -> None:
+    if k % BLOCK:
+        raise ValueError(
+            f"{what}: K = {k} is not a multiple of {BLOCK}; NVFP4 has one block scale per {BLOCK} K-elements, "
+            f"so pad K to {((k + BLOCK - 1) // BLOCK) * BLOCK} or keep this weight in bf16"
+        )
+
+
+def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round each value to the nearest E2M1 code (ties to the even code, as ModelOpt does).
+
+    Args:
+        x: float tensor of any shape, already divided by its scales; |x| > 6 saturates to ±6.
+    Returns:
+        uint8 codes of the same shape, 0..15 (bit 3 the sign; -0 encodes as 0).
+    """
+    a = x.float().abs()
+    idx = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
+    for i, b in enumerate(_BOUNDS.tolist()):  # count bounds below a; a tie at an odd bound rounds up (to the even code)
+        idx += (a > b) if i % 2 == 0 else (a >= b)
+    sign = ((x < 0) & (idx > 0)).to(torch.uint8) << 3
+    return idx | sign
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8, 0..15) to float32 values of the same shape."""
+    c = codes.to(torch.int64)
+    mag = E2M1_VALUES.to(codes.device)[c & 7]
+    return torch.where((c & 8) != 0, -mag, mag)
+
+
+def pack_codes(codes: torch.Tensor) -> torch.Tensor:
+    """Pack uint8 codes [..., K] (K even) into bytes [..., K/2]: element 2j low nibble, 2j+1 high."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_codes: K = {codes.shape[-1]} is odd; two codes share one byte")
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
+    """Unpack bytes [..., K/2] into uint8 codes [..., K] (inverse of ``pack_codes``)."""
+    if packed.dtype != torch.uint8:
+        raise ValueError(f"unpack_codes: expected uint8 packed codes, got {packed.dtype}")
+    return torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)
+
+
+def quantize(w: torch.Tensor, global_amax: float | torch.Tensor | None = None) -> NvFp4:
+    """Quantize a weight to NVFP4 with the ModelOpt recipe (``NVFP4QTensor.quantize``).
+
+    ``weight_scale_2 = amax / (6*448)`` (fp32); per 16-block
+    ``weight_scale = e4m3(block_amax / 6 / weight_scale_2)`` (a zero block gets scale 1,
+    as ModelOpt does, so nothing divides by zero); codes = round-to-nearest E2M1 of
+    ``w / (float(weight_scale) * weight_scale_2)``.
+
+    Args:
+        w: float tensor [N, K] (any float dtype; computed in fp32). K must be a multiple of 16.
+        global_amax: the tensor-wide amax to use instead of ``w.abs().max()`` (e.g. one
+            amax shared by several weights). An all-zero weight gets ``weight_scale_2 = 1/(6*448)``.
+    Returns:
+        ``NvFp4`` (weight uint8 [N, K/2], weight_scale float8_e4m3fn [N, K/16], weight_scale_2 fp32 []).
+    Raises:
+        ValueError: ``w`` is not 2-D, K is not a multiple of 16, or ``w`` holds NaN/inf.
+    """
+    if w.dim() != 2:
+        raise ValueError(f"quantize: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
+    n, k = w.shape
+    _check_k(k, "quantize")
+    w = w.float()
+    if not torch.isfinite(w).all():
+        raise ValueError("quantize: the weight holds NaN or inf; NVFP4 cannot represent them (fix the weight first)")
+    amax = w.abs().max() if global_amax is None else torch.as_tensor(global_amax, dtype=torch.float32)
+    amax = torch.where(amax > 0, amax, torch.ones_like(amax))
+    scale_2 = (amax / (E2M1_MAX * E4M3_MAX)).to(torch.float32).reshape(())
+    blocks = w.reshape(n, k // BLOCK, BLOCK)  # [N, K/16, 16]
+    block_scale = blocks.abs().amax(dim=-1) / E2M1_MAX / scale_2  # [N, K/16]
+    block_scale = torch.where(block_scale == 0, torch.ones_like(block_scale), block_scale)
+    block_scale = block_scale.clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
+    denom = block_scale.float().unsqueeze(-1) * scale_2  # [N, K/16, 1]
+    codes = encode_e2m1((blocks / denom).reshape(n, k))
+    return NvFp4(pack_codes(codes), block_scale, scale_2)
+
+
+def dequantize(
+    weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Expand an NVFP4 weight (ModelOpt convention) to a dense [N, K] tensor.
+
+    ``W = e2m1(weight) * weight_scale * weight_scale_2``, computed in fp32, then cast to ``dtype``.
+
+    Args:
+        weight: uint8 [N, K/2]. weight_scale: float8_e4m3fn [N, K/16].
+        weight_scale_2: fp32 [] or [1], the global multiplier.
+    Raises:
+        ValueError: shapes disagree (the message gives both).
+    """
+    n, half = weight.shape
+    k = half * 2
+    _check_k(k, "dequantize")
+    if tuple(weight_scale.shape) != (n, k // BLOCK):
+        raise ValueError(
+            f"dequantize: weight_scale has shape {tuple(weight_scale.shape)}, expected {(n, k // BLOCK)} for a weight {tuple(weight.shape)}"
+        )
+    vals = decode_e2m1(unpack_codes(weight)).reshape(n, k // BLOCK, BLOCK)
+    out = vals * weight_scale.float().unsqueeze(-1) * weight_scale_2.float().reshape(())
+    return out.reshape(n, k).to(dtype)
+
+
+def global_from_compressed_tensors(weight_global_scale: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors ``weight_global_scale`` (6*448/amax, a divisor, [] or [1]) → ModelOpt ``weight_scale_2`` (fp32 [])."""
+    return (1.0 / weight_global_scale.float()).reshape(())
+
+
+def global_to_compressed_tensors(weight_scale_2: torch.Tensor) -> torch.Tensor:
+    """ModelOpt ``weight_scale_2`` (a multiplier) → compressed-tensors ``weight_global_scale`` fp32 [1] (a divisor)."""
+    return (1.0 / weight_scale_2.float()).reshape(1)

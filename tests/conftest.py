@@ -1,0 +1,33 @@
+"""Shared fixtures: tiny synthetic checkpoints written once per test session.
+
+``tiny_checkpoint(quant)`` returns the folder of a ``qwen3.6-35b-a3b-tiny`` checkpoint in
+format ``quant`` (``"bf16"`` or ``"nvfp4"``, ModelOpt layout), seed ``TINY_SEED``, written
+on first use into a session temp dir and reused. Treat the folder as read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+TINY_MODEL = "qwen3.6-35b-a3b-tiny"
+TINY_SEED = 1234
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A function ``quant -> Path`` of the session's tiny checkpoint in that format (written once)."""
+    from metainfer.checkpoint import write_checkpoint
+    from metainfer.targets import get_model, get_quant
+
+    cache: dict[str, Path] = {}
+
+    def get(quant: str = "bf16") -> Path:
+        if quant not in cache:
+            out = tmp_path_factory.mktemp(f"tiny-{quant}")
+            cache[quant] = write_checkpoint(get_model(TINY_MODEL), get_quant(quant), out, TINY_SEED, progress=False)
+        return cache[quant]
+
+    return get
