@@ -23,7 +23,17 @@ import os
 import torch
 
 from . import reference as ref
-from ._checks import check_conv, check_gdn_step, check_gated_norm, check_linear, check_moe, check_norm
+from . import reference_prefill as ref_prefill
+from ._checks import (
+    check_conv,
+    check_conv_prefill,
+    check_gated_norm,
+    check_gdn_prefill,
+    check_gdn_step,
+    check_linear,
+    check_moe,
+    check_norm,
+)
 
 BACKEND: str = os.environ.get("ENGINE_KERNELS", "auto")
 _BACKENDS = ("auto", "reference", "triton")
@@ -36,6 +46,8 @@ __all__ = [
     "moe_nvfp4",
     "gdn_recurrent_step",
     "causal_conv1d_update",
+    "gdn_chunk_prefill",
+    "causal_conv1d_prefill",
 ]
 
 
@@ -175,3 +187,46 @@ def causal_conv1d_update(
     if _use_triton(x):
         return _triton("conv1d", "causal_conv1d_update_triton")(x, conv_state, weight, slots, **launch)
     return ref.causal_conv1d_update_ref(x, conv_state, weight, slots)
+
+
+def gdn_chunk_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    chunk_size: int = 64,
+) -> torch.Tensor:
+    """Chunked gated delta rule over packed sequences (varlen prefill), continuing from ``state[slots]``.
+
+    Args:
+        q, k: bf16 [T, HK, Dk]; v: bf16 [T, HV, Dv]; g, beta: fp32 [T, HV]; state: fp32
+        [S, HV, Dk, Dv] (zero a new sequence's row first); cu_seqlens: int [N+1] (cu[0] = 0,
+        cu[N] = T); slots: int [N], distinct; chunk_size: tokens per chunk (tunable ``gdn_chunk_size``).
+    Returns: o bf16 [T, HV, Dv]; each sequence's final state is written to its slot. Agrees with
+    ``gdn_recurrent_step`` applied token by token at any split point.
+    Backend: the torch chunked form on every device for now (no Triton kernel yet); it syncs
+    once to read cu_seqlens.
+    Raises: ValueError on shape/dtype mismatch.
+    """
+    check_gdn_prefill(q, k, v, g, beta, state, cu_seqlens, slots)
+    return ref_prefill.gdn_chunk_prefill_ref(q, k, v, g, beta, state, cu_seqlens, slots, chunk_size)
+
+
+def causal_conv1d_prefill(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor, slots: torch.Tensor
+) -> torch.Tensor:
+    """Depthwise causal conv1d + SiLU over packed sequences, continuing from ``conv_state[slots]``.
+
+    Args: x bf16 [T, C]; conv_state bf16 [S, C, W-1] (zero a new sequence's row first);
+    weight [C, W]; cu_seqlens int [N+1]; slots int [N].
+    Returns: y bf16 [T, C]; ``conv_state[slots[i]]`` ← the last W-1 inputs of sequence i.
+    Backend: torch (F.conv1d per sequence) on every device for now; syncs to read cu_seqlens.
+    Raises: ValueError on shape mismatch.
+    """
+    check_conv_prefill(x, conv_state, weight, cu_seqlens, slots)
+    return ref_prefill.causal_conv1d_prefill_ref(x, conv_state, weight, cu_seqlens, slots)

@@ -128,3 +128,22 @@ def check_conv(x, conv_state, weight, slots) -> None:
     _contig(op, "conv_state", conv_state)
     _shape(op, "slots", slots, (b,))
     _dtype(op, "slots", slots, _INT)
+
+
+def _check_varlen(op: str, t_count: int, cu_seqlens: torch.Tensor, slots: torch.Tensor) -> None:
+    _dtype(op, "cu_seqlens", cu_seqlens, _INT)
+    _dtype(op, "slots", slots, _INT)
+    _rank(op, "cu_seqlens", cu_seqlens, 1)
+    _shape(op, "slots", slots, (cu_seqlens.shape[0] - 1,))
+
+
+def check_gdn_prefill(q, k, v, g, beta, state, cu_seqlens, slots) -> None:
+    """gdn_chunk_prefill: q, k [T, HK, Dk], v [T, HV, Dv], g, beta [T, HV], state [S, HV, Dk, Dv]."""
+    check_gdn_step(q, k, v, g, beta, state, slots.new_zeros(q.shape[0]))
+    _check_varlen("gdn_chunk_prefill", q.shape[0], cu_seqlens, slots)
+
+
+def check_conv_prefill(x, conv_state, weight, cu_seqlens, slots) -> None:
+    """causal_conv1d_prefill: x [T, C], conv_state [S, C, W-1], weight [C, W]."""
+    check_conv(x, conv_state, weight, slots.new_zeros(x.shape[0]))
+    _check_varlen("causal_conv1d_prefill", x.shape[0], cu_seqlens, slots)

@@ -1,0 +1,96 @@
+"""RMSNorm kernels: the zero-centred norm with a fused residual add, and the GDN gated norm.
+
+One program per row; the whole row sits in registers (H = 2048 or D = 128 here), so each
+element is read once and written once: both ops are pure bandwidth. References:
+``reference.rmsnorm_ref`` and ``reference.gated_rmsnorm_ref``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rmsnorm_kernel(
+    x_ptr, r_ptr, w_ptr, y_ptr, s_ptr,
+    H, stride_x, stride_r, stride_y, stride_s, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    i_t = tl.program_id(0).to(tl.int64)
+    o_h = tl.arange(0, BLOCK_H)
+    m_h = o_h < H
+    b_x = tl.load(x_ptr + i_t * stride_x + o_h, mask=m_h, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        b_r = tl.load(r_ptr + i_t * stride_r + o_h, mask=m_h, other=0.0).to(tl.float32)
+        # round the sum to the activation dtype first: HF adds the residual in bf16
+        b_s = (b_x + b_r).to(s_ptr.dtype.element_ty)
+        tl.store(s_ptr + i_t * stride_s + o_h, b_s, mask=m_h)
+        b_x = b_s.to(tl.float32)
+    b_w = tl.load(w_ptr + o_h, mask=m_h, other=0.0).to(tl.float32)
+    b_rstd = tl.rsqrt(tl.sum(b_x * b_x, axis=0) / H + eps)
+    b_y = b_x * b_rstd * (1.0 + b_w)
+    tl.store(y_ptr + i_t * stride_y + o_h, b_y.to(y_ptr.dtype.element_ty), mask=m_h)
+
+
+@triton.jit
+def _gated_rmsnorm_kernel(
+    o_ptr, z_ptr, w_ptr, y_ptr,
+    D, stride_o, stride_z, stride_y, eps,
+    BLOCK_D: tl.constexpr,
+):
+    i_n = tl.program_id(0).to(tl.int64)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    b_o = tl.load(o_ptr + i_n * stride_o + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_z = tl.load(z_ptr + i_n * stride_z + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_w = tl.load(w_ptr + o_d, mask=m_d, other=0.0)
+    b_rstd = tl.rsqrt(tl.sum(b_o * b_o, axis=0) / D + eps)
+    # HF rounds the normalised value to the input dtype, multiplies by w in w's dtype, then
+    # multiplies by silu(z) in fp32
+    b_n = (b_o * b_rstd).to(y_ptr.dtype.element_ty)
+    b_nw = (b_n * b_w).to(tl.float32)
+    b_y = b_nw * (b_z * tl.sigmoid(b_z))
+    tl.store(y_ptr + i_n * stride_y + o_d, b_y.to(y_ptr.dtype.element_ty), mask=m_d)
+
+
+def rmsnorm_triton(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    *,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton twin of ``reference.rmsnorm_ref``: x, residual bf16 [T, H] (last dim contiguous), w [H].
+
+    Returns ``(y, s)`` bf16 [T, H]; ``s`` is x itself when residual is None.
+    """
+    t_count, hidden = x.shape
+    y = torch.empty_like(x)
+    s = torch.empty_like(x) if residual is not None else x
+    if t_count == 0:
+        return y, s
+    r = residual if residual is not None else x
+    _rmsnorm_kernel[(t_count,)](
+        x, r, w, y, s,
+        hidden, x.stride(0), r.stride(0), y.stride(0), s.stride(0), eps,
+        HAS_RESIDUAL=residual is not None, BLOCK_H=triton.next_power_of_2(hidden), num_warps=num_warps,
+    )
+    return y, s
+
+
+def gated_rmsnorm_triton(
+    o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float, *, num_warps: int = 1
+) -> torch.Tensor:
+    """Triton twin of ``reference.gated_rmsnorm_ref``: o, z bf16 [N, D] (last dim contiguous), w [D] → bf16 [N, D]."""
+    n_rows, dim = o.shape
+    y = torch.empty_like(o)
+    if n_rows == 0:
+        return y
+    _gated_rmsnorm_kernel[(n_rows,)](
+        o, z, w, y, dim, o.stride(0), z.stride(0), y.stride(0), eps,
+        BLOCK_D=triton.next_power_of_2(dim), num_warps=num_warps,
+    )
+    return y
