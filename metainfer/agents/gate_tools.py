@@ -1,0 +1,194 @@
+"""``run_parity`` and ``run_quick_bench`` for agents: the harness gate in a subprocess, summarised.
+
+The gate is ``python -m harness.gate`` (docs/CONTRACTS.md, "The gate"), run from the
+worktree so the frozen judge of that branch does the judging, with a timeout after which
+its whole process group is killed. The agent gets a compact summary of the gate JSON
+(``summarize_gate``), never the engine's internals. The quick bench compares the engine
+as edited with the last accepted one, exported from the worktree's ``HEAD``.
+
+Also a command line for the CLI agent, whose only shell permission is this module:
+``python -m metainfer.agents.gate_tools parity|bench`` reads its settings from the JSON
+file named by ``METAINFER_TOOLS_CTX`` (written by ``GateTools.write_ctx``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metainfer.agents.tools import ToolError, dumps
+
+CTX_ENV = "METAINFER_TOOLS_CTX"
+
+
+def summarize_gate(gate: dict[str, Any] | None) -> dict[str, Any]:
+    """A compact view of a gate JSON (schema 1): ok, failed stage and error, parity figures with
+    the worst prompt and layer, and per workload the medians, spread, speedup and roofline
+    fraction, plus ``profile`` (per-kernel rows) when the gate reported one. ``{}`` for None."""
+    if not gate:
+        return {}
+    out: dict[str, Any] = {"ok": gate.get("ok"), "failed_stage": None, "parity": None, "bench": None}
+    failed = next((s for s in gate.get("stages", []) if not s.get("ok")), None)
+    if failed:
+        out["failed_stage"] = {"name": failed.get("name"), "error": failed.get("error")}
+    par = gate.get("parity") or {}
+    if par:
+        out["parity"] = {k: par.get(k) for k in ("ok", "max_rel_err", "tolerance", "worst_prompt", "worst_layer")}
+    bench = gate.get("bench") or {}
+    if bench:
+        wl = {}
+        for name, w in (bench.get("workloads") or {}).items():
+            cand, base = w.get("candidate") or {}, w.get("baseline") or {}
+            wl[name] = {"unit": w.get("unit"), "candidate": cand.get("median"), "candidate_spread": cand.get("spread"),
+                        "baseline": base.get("median"), "roofline_fraction": w.get("roofline_fraction"),
+                        "profile": w.get("profile")}
+        out["bench"] = {"workloads": wl, "objective": bench.get("objective"), "scaled_down": bench.get("scaled_down"),
+                        "profile": bench.get("profile")}
+    return out
+
+
+@dataclass
+class GateTools:
+    """Settings for gating the engine from inside an iteration.
+
+    Attributes:
+        worktree: the target's git worktree (the gate runs with it as working directory).
+        engine_dir: the engine folder being edited.
+        checkpoint: checkpoint folder the gate loads; None makes both tools answer with an error.
+        gpu: GPU profile name for ``--gpu``.
+        seed: ``--seed``.
+        timeout_s: seconds before the gate's process group is killed.
+        rounds: ``--rounds`` of the quick bench.
+        scale: ``--scale`` (``cpu`` or ``full``), None to leave the gate's default.
+        cmd: the gate command without arguments.
+        out_dir: where gate JSONs and logs go (the iteration's record dir).
+    """
+
+    worktree: Path
+    engine_dir: Path
+    checkpoint: Path | None
+    gpu: str
+    seed: int = 0
+    timeout_s: float = 1800.0
+    rounds: int = 2
+    scale: str | None = None
+    cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "harness.gate"])
+    out_dir: Path | None = None
+    calls: int = 0
+
+    def as_tools(self) -> dict[str, Any]:
+        """``{"run_parity": fn, "run_quick_bench": fn}`` for ``ToolBox(gate=...)``."""
+        return {"run_parity": self.parity, "run_quick_bench": self.bench}
+
+    def parity(self) -> str:
+        """Run static + parity; return the JSON summary text. Raises ToolError (see ``run``)."""
+        return dumps(summarize_gate(self.run(["static", "parity"])))
+
+    def bench(self) -> str:
+        """Run static + parity + bench against the engine at ``HEAD``; return the JSON summary text."""
+        with tempfile.TemporaryDirectory(prefix="metainfer-baseline-") as tmp:
+            base = self._export_head(Path(tmp))
+            return dumps(summarize_gate(self.run(["static", "parity", "bench"], baseline=base)))
+
+    def run(self, stages: list[str], baseline: Path | None = None) -> dict[str, Any]:
+        """Run the gate with ``stages`` and return its JSON (a red gate is a result, not an error).
+
+        Raises:
+            ToolError: no checkpoint configured, the gate timed out, crashed (exit status not
+                0 or 1) or wrote no JSON; the message carries the tail of its output.
+        """
+        if self.checkpoint is None:
+            raise ToolError("no checkpoint is configured for this run, so the gate cannot run here; finish and let the loop gate")
+        self.calls += 1
+        out_dir = Path(self.out_dir or tempfile.mkdtemp(prefix="metainfer-gate-"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tag = f"tool-{self.calls:02d}-{'-'.join(stages)}"
+        json_out = out_dir / f"{tag}.json"
+        argv = [*self.cmd, "--engine", str(self.engine_dir), "--checkpoint", str(self.checkpoint), "--gpu", self.gpu,
+                "--stages", ",".join(stages), "--seed", str(self.seed), "--json", str(json_out)]
+        if baseline is not None:
+            argv += ["--baseline", str(baseline), "--rounds", str(self.rounds)]
+        if self.scale:
+            argv += ["--scale", self.scale]
+        with open(out_dir / f"{tag}.log", "w+") as log:
+            proc = subprocess.Popen(argv, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                raise ToolError(f"the gate ran past {self.timeout_s:.0f} s and was killed; the engine may hang or be far too slow") from None
+            log.seek(0)
+            tail = log.read()[-3000:]
+        if rc not in (0, 1) or not json_out.exists():
+            raise ToolError(f"the gate crashed (exit status {rc}); its output ends with:\n{tail}")
+        return json.loads(json_out.read_text())
+
+    def _export_head(self, dest: Path) -> Path | None:
+        """Copy the engine folder as committed at ``HEAD`` into ``dest``; None outside a git worktree."""
+        rel = os.path.relpath(self.engine_dir, self.worktree)
+        archive = subprocess.run(["git", "-C", str(self.worktree), "archive", "--format=tar", "HEAD", rel],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            return None
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return dest / rel
+
+    def write_ctx(self, path: Path) -> Path:
+        """Write these settings as JSON to ``path`` for the command line below; returns ``path``."""
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        path.write_text(json.dumps(data, indent=1))
+        return path
+
+    @classmethod
+    def from_ctx(cls, path: Path) -> GateTools:
+        """Read settings written by ``write_ctx``."""
+        data = json.loads(Path(path).read_text())
+        for k in ("worktree", "engine_dir", "checkpoint", "out_dir"):
+            data[k] = Path(data[k]) if data.get(k) else None
+        return cls(**data)
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the process group of ``proc`` (started with ``start_new_session``), SIGKILL after ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``parity`` or ``bench``: run that tool with the settings named by ``$METAINFER_TOOLS_CTX``; print its summary.
+
+    Exit status 0 when the tool ran (green or red gate), 2 on a usage or tool error.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in ("parity", "bench") or not os.environ.get(CTX_ENV):
+        print(f"usage: {CTX_ENV}=FILE python -m metainfer.agents.gate_tools parity|bench", file=sys.stderr)
+        return 2
+    tools = GateTools.from_ctx(Path(os.environ[CTX_ENV]))
+    started = time.time()
+    try:
+        print(tools.parity() if argv[0] == "parity" else tools.bench())
+    except ToolError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"({time.time() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
