@@ -10,9 +10,17 @@ per group rather than once per query head.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+
+#: Triton's CPU interpreter (TRITON_INTERPRET=1) computes tl.dot on bf16 tiles from their raw
+#: bits (seen with triton 3.9), so under it the tiles are widened to fp32 first; on a GPU the
+#: bf16 tensor-core path is used.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -24,6 +32,7 @@ def _attention_decode_kernel(
     stride_ob, stride_oh, stride_os,
     stride_mb, stride_mh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     i_b, i_h, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slots_ptr + i_b).to(tl.int64)
@@ -37,6 +46,8 @@ def _attention_decode_kernel(
     heads = i_h * GROUP + o_g  # query heads of this kv head
     p_q = q_ptr + i_b * stride_qb + heads[:, None] * stride_qh + o_d[None, :]
     b_q = tl.load(p_q, mask=m_g[:, None], other=0.0)  # [G, D] bf16
+    if DOT_F32:
+        b_q = b_q.to(tl.float32)
 
     b_m = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
     b_l = tl.zeros([GROUP_PAD], dtype=tl.float32)
@@ -48,6 +59,8 @@ def _attention_decode_kernel(
         p_v = v_ptr + slot * stride_vs + o_n[:, None].to(tl.int64) * stride_vl + i_h * stride_vh + o_d[None, :]
         b_k = tl.load(p_k, mask=m_n[:, None], other=0.0)  # [N, D]
         b_v = tl.load(p_v, mask=m_n[:, None], other=0.0)
+        if DOT_F32:
+            b_k, b_v = b_k.to(tl.float32), b_v.to(tl.float32)
         b_s = tl.dot(b_q, tl.trans(b_k)) * scale  # [G, N] fp32
         b_s = tl.where(m_n[None, :], b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
@@ -119,6 +132,7 @@ def attention_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         m.stride(0), m.stride(1),
+        DOT_F32=_INTERPRET,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, BLOCK_N=block_n, SPLIT_LEN=split_len,
         num_warps=num_warps,
     )
