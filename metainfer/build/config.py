@@ -1,0 +1,112 @@
+"""Typed configuration of one build run, and where its files live.
+
+The repository root is found from the working directory (any git repository with the
+project layout: ``harness/``, ``templates/``, ``metainfer/``). Everything the loop writes
+outside the run record lives under ``<repo>/.metainfer/`` (git-ignored): the target's
+worktree and the cache of synthetic checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+
+from metainfer.errors import MetainferError
+
+
+class BuildError(MetainferError):
+    """The build cannot start or continue (bad options, missing layout, baseline fails parity)."""
+
+
+def find_repo_root(start: Path | None = None) -> Path:
+    """The top of the git work tree holding ``start`` (default: the cwd), checked for the project layout.
+
+    Raises:
+        BuildError: not inside a git repository, or the repository lacks ``harness/`` or ``templates/``.
+    """
+    start = (start or Path.cwd()).resolve()
+    try:
+        root = Path(git.Repo(start, search_parent_directories=True).working_tree_dir).resolve()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise BuildError(f"{start} is not inside a git repository; run metainfer from a clone of the project") from None
+    missing = [d for d in ("harness", "templates", "metainfer") if not (root / d).is_dir()]
+    if missing:
+        raise BuildError(f"{root} lacks {', '.join(missing)}/; run metainfer from the root of a metainfer clone")
+    return root
+
+
+@dataclass
+class BuildConfig:
+    """Options of ``metainfer build`` (and ``step``), validated by the command before the loop starts.
+
+    Attributes:
+        model, quant, gpu: the target's three names (``metainfer targets`` lists them).
+        agent: agent registry name (``offline``, ``scripted``, ``anthropic``, ``claude-code``).
+        agent_options: keyword options for ``get_agent`` (``patches=[...]`` for ``scripted``).
+        iterations: proposals after the baseline (iteration 0); None = 3 for a new run, the run's own on resume.
+        time_limit_min: wall-clock limit of the run in minutes, checked at iteration boundaries; None = none.
+        budget_usd: USD the agent may spend in the whole run; None = none.
+        runs_dir: folder holding one sub-folder per run (relative paths are taken from the repo root).
+        checkpoint: checkpoint folder; None = a seeded synthetic one cached under ``.metainfer/checkpoints``.
+        seed: run seed: synthetic checkpoint, agent search, and (with the iteration) the gate's inputs.
+        gate_timeout_s: seconds one gate subprocess may run before it is killed (a rejected iteration).
+        gate_rounds: A/B rounds of the benchmark (``--rounds`` of the gate); None = the gate's default.
+        gate_scale: ``cpu`` or ``full`` workloads; None = the gate's default for the GPU.
+        resume: run id (or run folder) to continue; None = a new run.
+        repo_root: the project clone; None = found from the cwd.
+    """
+
+    model: str
+    quant: str
+    gpu: str
+    agent: str = "offline"
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    iterations: int | None = None
+    time_limit_min: float | None = None
+    budget_usd: float | None = None
+    runs_dir: Path = Path("runs")
+    checkpoint: Path | None = None
+    seed: int = 0
+    gate_timeout_s: float = 1800.0
+    gate_rounds: int | None = None
+    gate_scale: str | None = None
+    resume: str | None = None
+    repo_root: Path | None = None
+
+    def validate(self) -> None:
+        """Check the numeric options.
+
+        Raises:
+            BuildError: a negative iteration count, a non-positive limit, or a checkpoint path that does not exist.
+        """
+        if self.iterations is not None and self.iterations < 0:
+            raise BuildError(f"--iterations must be >= 0, got {self.iterations}")
+        for flag, v in (("--time-limit", self.time_limit_min), ("--budget-usd", self.budget_usd), ("--gate-timeout", self.gate_timeout_s)):
+            if v is not None and v <= 0:
+                raise BuildError(f"{flag} must be > 0, got {v}")
+        if self.gate_rounds is not None and self.gate_rounds < 1:
+            raise BuildError(f"--rounds must be >= 1, got {self.gate_rounds}")
+        if self.checkpoint is not None and not Path(self.checkpoint).is_dir():
+            raise BuildError(f"--checkpoint {self.checkpoint} is not a folder; omit it to use a synthetic checkpoint")
+
+    def root(self) -> Path:
+        """The repository root (``repo_root`` or found from the cwd)."""
+        return Path(self.repo_root).resolve() if self.repo_root else find_repo_root()
+
+    def runs_path(self) -> Path:
+        """The runs folder, absolute."""
+        p = Path(self.runs_dir)
+        return p if p.is_absolute() else self.root() / p
+
+
+def state_dir(root: Path) -> Path:
+    """``<repo>/.metainfer``: worktrees and the checkpoint cache (git-ignored)."""
+    return root / ".metainfer"
+
+
+def worktree_path(root: Path, target_name: str) -> Path:
+    """Where the target's worktree lives: ``<repo>/.metainfer/worktrees/<target>``."""
+    return state_dir(root) / "worktrees" / target_name

@@ -1,0 +1,135 @@
+"""Accept or reject a candidate from its gate result, and the commit trailers that carry the figures.
+
+The rule (DESIGN.md "The build loop"): a candidate is accepted iff the gate ran to the end
+without error, every stage before the benchmark is green, parity holds, and the benchmark
+says the candidate beats the best engine by more than the measured spread
+(``bench.objective.beats_baseline``, decided inside the frozen gate, never here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from metainfer.build.gate_runner import GateOutcome
+
+#: workload name -> trailer key, in trailer order (DESIGN.md "Benchmark workloads")
+WORKLOAD_TRAILERS = {"ttft": "TTFT-ms", "decode-bs1": "Decode-BS1-Tok-S", "conc32": "Conc32-Tok-S"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one gate run: ``accepted`` and a one-line ``reason`` a person can read."""
+
+    accepted: bool
+    reason: str
+
+
+def figures(result: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers of a gate JSON (schema 1), None where the gate did not get that far.
+
+    Keys: ``parity_ok``, ``max_rel_err``, ``tolerance``, ``speedup``, ``noise``, ``beats_baseline``,
+    ``scaled_down``, ``roofline_fraction`` (decode-bs1's, else the first workload's), and per workload
+    ``workloads[name] = {"unit", "candidate", "baseline", "spread"}`` (medians).
+    """
+    parity = result.get("parity") or {}
+    bench = result.get("bench") or {}
+    objective = bench.get("objective") or {}
+    workloads = {}
+    roofline = None
+    for name, w in (bench.get("workloads") or {}).items():
+        cand, base = w.get("candidate") or {}, w.get("baseline") or {}
+        workloads[name] = {"unit": w.get("unit"), "candidate": cand.get("median"), "baseline": base.get("median"),
+                           "spread": cand.get("spread"), "higher_is_better": w.get("higher_is_better", True)}
+        if w.get("roofline_fraction") is not None and (roofline is None or name == "decode-bs1"):
+            roofline = w["roofline_fraction"]
+    return {"parity_ok": parity.get("ok"), "max_rel_err": parity.get("max_rel_err"), "tolerance": parity.get("tolerance"),
+            "speedup": objective.get("speedup"), "noise": objective.get("noise"),
+            "beats_baseline": objective.get("beats_baseline"), "scaled_down": bench.get("scaled_down"),
+            "roofline_fraction": roofline, "workloads": workloads}
+
+
+def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
+    """Why the gate is red before (or, with ``before_bench=False``, including) the benchmark; None if it is not."""
+    if outcome.timed_out or outcome.error:
+        return outcome.error or "gate timed out"
+    for st in outcome.result.get("stages") or []:
+        if before_bench and st.get("name") == "bench":
+            if st.get("error"):
+                return f"bench failed: {st['error']}"
+            continue
+        if not st.get("ok"):
+            if st.get("name") == "parity":
+                f = figures(outcome.result)
+                if f["max_rel_err"] is not None:
+                    return f"parity failed: max rel err {f['max_rel_err']:.3g} > tolerance {f['tolerance']}" + (
+                        f" ({st['error']})" if st.get("error") else "")
+            return f"{st.get('name')} failed: {st.get('error') or 'red'}"
+    return None
+
+
+def decide(outcome: GateOutcome) -> Decision:
+    """Accept iff green up to the benchmark, parity ok and the gate says the candidate beats the best engine."""
+    red = _first_red(outcome, before_bench=True)
+    if red:
+        return Decision(False, red)
+    f = figures(outcome.result)
+    if not f["parity_ok"]:
+        return Decision(False, "parity did not run or did not pass")
+    if f["speedup"] is None:
+        return Decision(False, "no benchmark objective in the gate result")
+    sp = f"speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
+    if f["beats_baseline"]:
+        return Decision(True, f"faster: {sp}")
+    if f["speedup"] < 1.0 - (f["noise"] or 0.0):
+        return Decision(False, f"slower: {sp}")
+    return Decision(False, f"within noise: {sp}")
+
+
+def decide_baseline(outcome: GateOutcome) -> Decision:
+    """Iteration 0: the engine raced against itself must pass every stage up to and through the benchmark's run."""
+    red = _first_red(outcome, before_bench=True)
+    if red:
+        return Decision(False, red)
+    f = figures(outcome.result)
+    if not f["parity_ok"]:
+        return Decision(False, "parity did not run or did not pass")
+    return Decision(True, f"baseline: parity max rel err {f['max_rel_err']:.3g}, noise {f['noise'] or 0:.3f}")
+
+
+def trailers(result: dict[str, Any], gate_seed: int, run_id: str, iteration: int) -> dict[str, str]:
+    """Commit trailers for an accepted gate result (keys as in docs/CONTRACTS.md; absent figures left out)."""
+    f = figures(result)
+    out: dict[str, str] = {}
+    if f["max_rel_err"] is not None:
+        out["Parity-Max-Rel-Err"] = f"{f['max_rel_err']:.4g}"
+    for name, key in WORKLOAD_TRAILERS.items():
+        w = f["workloads"].get(name)
+        if w and w["candidate"] is not None:
+            out[key] = f"{w['candidate']:.4g}"
+    if f["roofline_fraction"] is not None:
+        out["Roofline-Fraction"] = f"{f['roofline_fraction']:.4g}"
+    if f["speedup"] is not None:
+        out["Speedup"] = f"{f['speedup']:.4f}"
+        out["Noise"] = f"{f['noise'] or 0:.4f}"
+    if f["scaled_down"]:
+        out["Scaled-Down"] = "true"
+    out.update({"Gate-Seed": str(gate_seed), "Run-Id": run_id, "Iteration": str(iteration)})
+    return out
+
+
+def commit_message(summary: str, trailer_map: dict[str, str]) -> str:
+    """``summary`` (first line kept to one line), a blank line, then ``Key: value`` trailers."""
+    head = " ".join(summary.split()) or "metainfer candidate"
+    return head + "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailer_map.items()) + "\n"
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """The ``Key: value`` trailers of a commit message (last paragraph)."""
+    last = message.strip().split("\n\n")[-1]
+    out = {}
+    for line in last.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key and " " not in key:
+            out[key] = value.strip()
+    return out

@@ -1,0 +1,171 @@
+"""Run the frozen gate (``python -m harness.gate``) in a subprocess with a timeout.
+
+The gate runs from the repository root (the judge is the checkout's ``harness/``, never the
+worktree's copy the agent could edit), writes its log to ``gate.log`` as it goes and its
+result to ``gate.json`` (schema 1, docs/CONTRACTS.md "The gate"). A timeout kills the
+whole process group and is a red gate, never an exception: the loop records it as a
+rejected iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """One gate invocation.
+
+    Attributes:
+        engine: candidate engine folder (``.../generated/<target>``).
+        baseline: best engine folder to race against (may equal ``engine`` for the baseline's noise run).
+        checkpoint: checkpoint folder.
+        gpu: GPU profile name.
+        seed: seed of the gate's inputs (recorded in its JSON).
+        stages: stage names in order.
+        rounds: A/B rounds, or None for the gate's default.
+        scale: ``cpu`` or ``full``, or None for the gate's default.
+        timeout_s: seconds before the process group is killed.
+    """
+
+    engine: Path
+    baseline: Path
+    checkpoint: Path
+    gpu: str
+    seed: int
+    stages: tuple[str, ...] = ("static", "parity", "bench")
+    rounds: int | None = None
+    scale: str | None = None
+    timeout_s: float = 1800.0
+
+    def argv(self, json_out: Path) -> list[str]:
+        """The command line of the gate subprocess."""
+        argv = [sys.executable, "-m", "harness.gate", "--engine", str(self.engine), "--checkpoint", str(self.checkpoint),
+                "--baseline", str(self.baseline), "--gpu", self.gpu, "--stages", ",".join(self.stages),
+                "--seed", str(self.seed), "--json", str(json_out)]
+        if self.rounds is not None:
+            argv += ["--rounds", str(self.rounds)]
+        if self.scale is not None:
+            argv += ["--scale", self.scale]
+        return argv
+
+
+@dataclass
+class GateOutcome:
+    """What came back from one gate subprocess.
+
+    Attributes:
+        result: the gate JSON (schema 1), or a stand-in ``{"ok": False, "error": ...}`` when none was written.
+        returncode: exit status (None after a timeout kill).
+        timed_out: the gate ran past its timeout and was killed.
+        seconds: wall time of the subprocess.
+        error: why the gate is red when it did not say so itself (timeout, crash, unreadable JSON), else None.
+    """
+
+    result: dict[str, Any]
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    error: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True only for a green gate with a readable result."""
+        return self.error is None and bool(self.result.get("ok"))
+
+
+def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
+             on_start: Callable[[int], None] | None = None) -> GateOutcome:
+    """Run the gate for ``req`` with ``cwd`` as the working folder; stdout and stderr go to ``log_path``.
+
+    ``on_start(pid)`` is called once the subprocess exists (the loop saves the pid so that a
+    resumed run can stop a gate orphaned by a killed loop). On Linux the gate also gets
+    SIGKILL when the loop process dies (``PR_SET_PDEATHSIG``).
+
+    Returns a ``GateOutcome``; never raises for a red, crashed or timed-out gate (only for
+    an unwritable ``log_path`` or a missing Python interpreter, which are the caller's bugs).
+    """
+    json_out.unlink(missing_ok=True)
+    argv = req.argv(json_out)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        log.flush()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        if on_start is not None:
+            on_start(proc.pid)
+        try:
+            rc: int | None = proc.wait(timeout=req.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc, timed_out = None, True
+        except BaseException:  # KeyboardInterrupt or the loop being killed: take the gate down with us
+            _kill_group(proc)
+            raise
+    seconds = time.monotonic() - t0
+    if timed_out:
+        msg = f"gate timed out after {req.timeout_s:.0f}s and was killed"
+        with open(log_path, "a") as log:
+            log.write(f"\n[metainfer] {msg}\n")
+        return GateOutcome({"schema": 1, "ok": False, "error": msg, "stages": []}, None, True, seconds, msg, argv)
+    try:
+        result = json.loads(json_out.read_text())
+    except FileNotFoundError:
+        msg = f"gate exited with status {rc} without writing {json_out.name}; see gate.log"
+        return GateOutcome({"schema": 1, "ok": False, "error": msg, "stages": []}, rc, False, seconds, msg, argv)
+    except json.JSONDecodeError as err:
+        msg = f"gate wrote unreadable JSON ({err}); see gate.log"
+        return GateOutcome({"schema": 1, "ok": False, "error": msg, "stages": []}, rc, False, seconds, msg, argv)
+    error = None
+    if rc not in (0, 1):
+        error = f"gate exited with status {rc}; see gate.log"
+    elif bool(result.get("ok")) != (rc == 0):
+        error = f"gate exit status {rc} contradicts its JSON ok={result.get('ok')}; treated as red"
+    return GateOutcome(result, rc, False, seconds, error, argv)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the gate's process group (the gate and anything it started) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGKILL it when the parent dies (no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def kill_orphan(pid: int) -> bool:
+    """SIGKILL the process group of a gate left running by a killed loop; True if one was found.
+
+    Checks ``/proc/<pid>/cmdline`` names ``harness.gate`` first, so a reused pid is left alone.
+    """
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    if b"harness.gate" not in cmdline:
+        return False
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,144 @@
+"""One iteration's mechanics after the agent: check the diff, gate it, commit or reset, record.
+
+Shared by ``metainfer build`` (iterations 1..N), its baseline (iteration 0) and
+``metainfer step`` (one iteration of whatever a person changed).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.hashing import harness_digest
+from metainfer.build.decision import Decision, commit_message, decide, decide_baseline, figures, trailers
+from metainfer.build.gate_runner import GateOutcome, GateRequest, run_gate
+from metainfer.build.records import utc_now, write_json, write_text
+from metainfer.build.report import iteration_markdown
+from metainfer.build.session import Session
+from metainfer.build.worktree import CandidateDiff
+
+
+@dataclass
+class Verdict:
+    """The outcome of judging one candidate.
+
+    Attributes:
+        decision: accepted or not, and why.
+        outcome: the gate run, or None when the candidate was rejected before the gate.
+        gate_seed: the seed given to the gate (None when it did not run).
+        commit: sha of the commit made for an accepted candidate, else None.
+    """
+
+    decision: Decision
+    outcome: GateOutcome | None = None
+    gate_seed: int | None = None
+    commit: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def gate_seed(run_seed: int, iteration: int) -> int:
+    """Fresh, reproducible gate inputs per iteration: ``run_seed * 1000 + iteration``."""
+    return run_seed * 1000 + iteration
+
+
+def check_diff(s: Session, diff: CandidateDiff, harness_before: str) -> Decision | None:
+    """Reject a candidate that is empty, touches anything outside ``generated/<target>/`` or changed ``harness/``."""
+    if not diff.paths:
+        return Decision(False, "no change in the worktree")
+    outside = diff.outside(s.worktree.engine_rel)
+    if outside:
+        shown = ", ".join(outside[:5]) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
+        return Decision(False, f"touches files outside {s.worktree.engine_rel}/: {shown}")
+    if harness_digest(s.worktree.path / "harness") != harness_before:
+        return Decision(False, "harness/ changed (digest differs); the judge is frozen")
+    return None
+
+
+def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: bool = False) -> tuple[GateOutcome, int]:
+    """Gate the worktree's engine against the engine of ``baseline_sha`` exported side by side (or against a copy of itself).
+
+    Saves the gate pid into ``run.json`` (``in_flight``) so a resumed run can stop an orphan.
+    """
+    d = s.record.iter_dir(i)
+    seed = gate_seed(s.config.seed, i)
+
+    def on_start(pid: int) -> None:
+        s.record.state["in_flight"] = {"iteration": i, "gate_pid": pid}
+        s.save()
+
+    with tempfile.TemporaryDirectory(prefix="metainfer-best-") as tmp:
+        if against_self:
+            import shutil
+
+            best = Path(tmp) / s.worktree.engine_rel
+            shutil.copytree(s.worktree.engine_dir, best, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            best = s.worktree.export(baseline_sha, Path(tmp))
+        req = GateRequest(engine=s.worktree.engine_dir, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
+                          seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale, timeout_s=s.config.gate_timeout_s)
+        s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
+        outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start)
+    if not (d / "gate.json").is_file():
+        write_json(d / "gate.json", outcome.result)
+    s.progress.gate_stages(i, outcome.result)
+    if outcome.error:
+        s.progress.line(i, f"gate error: {outcome.error}")
+    return outcome, seed
+
+
+def judge(s: Session, i: int, summary: str, diff: CandidateDiff, harness_before: str, *, baseline: bool = False) -> Verdict:
+    """Check, gate and decide one staged candidate; commit it on acceptance (the worktree is left as it was otherwise)."""
+    parent = s.worktree.head_sha()
+    early = None if baseline else check_diff(s, diff, harness_before)
+    if early is not None:
+        return Verdict(early)
+    outcome, seed = run_gate_for(s, i, parent, against_self=baseline)
+    decision = decide_baseline(outcome) if baseline else decide(outcome)
+    v = Verdict(decision, outcome, seed)
+    if decision.accepted and diff.paths:
+        msg = commit_message(summary, trailers(outcome.result, seed, s.record.run_id, i))
+        v.commit = s.worktree.commit(msg)
+    elif decision.accepted:
+        v.commit = parent
+    return v
+
+
+def write_iteration(s: Session, i: int, *, summary: str, diff: CandidateDiff, verdict: Verdict, proposal: Any = None,
+                    error: str | None = None, started: str, agent_seconds: float = 0.0, tunables: dict | None = None,
+                    cumulative: float | None = None) -> dict[str, Any]:
+    """Write ``candidate.diff``, ``transcript.json``, ``report.md`` and (last) ``report.json`` for iteration ``i``."""
+    d = s.record.iter_dir(i)
+    write_text(d / "candidate.diff", diff.text)
+    transcript = getattr(proposal, "transcript", None)
+    write_json(d / "transcript.json", {"transcript": transcript if transcript is not None else [], "error": error})
+    o = verdict.outcome
+    report = {
+        "iteration": i, "summary": summary, "expected_gain": getattr(proposal, "expected_gain", ""),
+        "accepted": verdict.decision.accepted, "reason": verdict.decision.reason, "commit": verdict.commit,
+        "parent": s.worktree.head_sha() if verdict.commit is None else None,
+        "changed_paths": list(diff.paths),
+        "tunables": tunables, "gate_seed": verdict.gate_seed,
+        "gate": None if o is None else {"ok": o.ok, "returncode": o.returncode, "timed_out": o.timed_out,
+                                        "seconds": round(o.seconds, 2), "error": o.error,
+                                        "stages": [{k: st.get(k) for k in ("name", "ok", "seconds", "error")}
+                                                   for st in o.result.get("stages") or []]},
+        "figures": figures(o.result) if o is not None else None,
+        "cumulative_speedup": cumulative, "cost_usd": getattr(proposal, "cost_usd", 0.0),
+        "tokens": getattr(proposal, "tokens", {}), "agent_seconds": round(agent_seconds, 2),
+        "error": error, "started": started, "ended": utc_now(),
+    }
+    write_text(d / "report.md", iteration_markdown(s.target.name, s.record.run_id, report))
+    write_json(d / "report.json", report)
+    return report
+
+
+def read_tunables(engine_dir: Path) -> dict | None:
+    """The ``values`` of ``engine/tunables.json`` in ``engine_dir``, or None when the file is absent or unreadable."""
+    f = engine_dir / "engine" / "tunables.json"
+    try:
+        return json.loads(f.read_text()).get("values")
+    except (OSError, ValueError, AttributeError):
+        return None

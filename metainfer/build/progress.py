@@ -1,0 +1,41 @@
+"""Progress on the terminal: one line per iteration event and per gate stage, with elapsed time.
+
+    [iter 2 +41.0s] propose: num_warps 4→8 (neighbour of the best)
+    [iter 2 +41.2s] gate static ok 0.1s
+    [iter 2 +44.3s] gate parity ok 3.1s (max rel err 0.0041)
+    [iter 2 +56.0s] gate bench speedup 1.04 ± 0.02 11.7s
+    [iter 2 +56.0s] → rejected (within noise: speedup 1.040 ± 0.020)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class Progress:
+    """Prints progress lines to ``stream`` (stderr by default), times relative to construction."""
+
+    def __init__(self, stream: TextIO | None = None, t0: float | None = None):
+        self.stream = stream or sys.stderr
+        self.t0 = time.monotonic() if t0 is None else t0
+
+    def line(self, iteration: int | None, text: str) -> None:
+        """Print ``[iter N +T s] text`` (``[run +T s]`` without an iteration)."""
+        tag = "run" if iteration is None else f"iter {iteration}"
+        print(f"[{tag} +{time.monotonic() - self.t0:.1f}s] {text}", file=self.stream, flush=True)
+
+    def gate_stages(self, iteration: int, result: dict[str, Any]) -> None:
+        """One line per stage of a gate JSON, with its seconds and headline figure."""
+        for st in result.get("stages") or []:
+            name, ok, secs = st.get("name"), st.get("ok"), st.get("seconds") or 0.0
+            extra = ""
+            if name == "parity" and (result.get("parity") or {}).get("max_rel_err") is not None:
+                extra = f" (max rel err {result['parity']['max_rel_err']:.3g})"
+            if name == "bench":
+                obj = (result.get("bench") or {}).get("objective") or {}
+                if obj.get("speedup") is not None:
+                    extra = f" speedup {obj['speedup']:.3f} ± {obj.get('noise') or 0:.3f}"
+            status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"
+            self.line(iteration, f"gate {name} {status}{extra} {secs:.1f}s")

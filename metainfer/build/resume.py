@@ -1,0 +1,127 @@
+"""Opening a run (new or resumed) and recovering from an interrupted one.
+
+A run is resumable because every step saves ``run.json`` first: ``next_iteration`` is the
+iteration to do, ``in_flight`` the one that was running when the process died (with its
+gate's pid). On resume the orphaned gate is killed, a commit the dead process already made
+for the in-flight iteration is adopted (never repeated), anything else is discarded and
+that iteration is redone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from metainfer.build.config import BuildConfig, BuildError, worktree_path
+from metainfer.build.decision import Decision, parse_trailers
+from metainfer.build.gate_runner import GateOutcome, kill_orphan
+from metainfer.build.iteration import Verdict, read_tunables, write_iteration
+from metainfer.build.progress import Progress
+from metainfer.build.records import RunRecord, utc_now
+from metainfer.build.session import Session, ensure_checkpoint
+from metainfer.build.worktree import CandidateDiff, TargetWorktree
+from metainfer.targets import check_present, make_target
+
+
+def open_session(config: BuildConfig, progress: Progress, agent_label: str | None = None,
+                 require_clean: bool = True) -> tuple[Session, str, dict[str, Any]]:
+    """Validate options, check the GPU, open or create the run record, the worktree and the checkpoint.
+
+    On ``config.resume`` the target, agent, seed and gate settings come from ``run.json``;
+    a given ``config.iterations`` replaces the run's total. A new run refuses a worktree
+    with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
+
+    Returns:
+        the session, the agent's registry name and its options.
+
+    Raises:
+        GpuMismatchError, UnknownNameError, BuildError: before anything is written.
+    """
+    config.validate()
+    root = config.root()
+    runs = config.runs_path()
+    if config.resume:
+        record = RunRecord.open(runs, config.resume)
+        st = record.state
+        if st["status"] in ("finished", "failed") and (config.iterations is None or config.iterations <= st["iterations"]):
+            raise BuildError(f"run {record.run_id} is {st['status']}; pass --iterations above {st['iterations']} to extend it")
+        check_present(st["gpu"])
+        target = make_target(st["model"], st["quant"], st["gpu"])
+        if config.iterations is not None:
+            st["iterations"] = config.iterations
+        st["status"], st["stop_reason"], st["ended"] = "running", None, None
+        st["active_seconds_before"] = st.get("active_seconds", 0.0)
+        st.setdefault("resumed", []).append(utc_now())
+        progress.line(None, f"resuming {record.run_id} at iteration {st['next_iteration']}")
+    else:
+        check_present(config.gpu)
+        target = make_target(config.model, config.quant, config.gpu)
+        meta = {"model": config.model, "quant": config.quant, "gpu": config.gpu,
+                "agent": agent_label or config.agent, "agent_options": config.agent_options,
+                "iterations": 3 if config.iterations is None else config.iterations, "seed": config.seed,
+                "budget": {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd},
+                "gate": {"timeout_s": config.gate_timeout_s, "rounds": config.gate_rounds, "scale": config.gate_scale},
+                "checkpoint": str(config.checkpoint.resolve()) if config.checkpoint else None,
+                "branch": target.branch, "repo_root": str(root)}
+        wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
+        if require_clean and wt.repo.is_dirty(untracked_files=True):
+            raise BuildError(f"the worktree {wt.path} has uncommitted changes; gate them with `metainfer step` "
+                             f"or discard them with `git -C {wt.path} reset --hard && git -C {wt.path} clean -fd`")
+        record = RunRecord.create(runs, target.name, meta)
+    st = record.state
+    wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
+    st["worktree"] = str(wt.path)
+    ckpt = Path(st["checkpoint"]) if st.get("checkpoint") else None
+    s = Session(config, target, root, wt, record, ckpt or Path(), progress)
+    # the gate settings of a resumed run are the run's, not this command line's defaults
+    config.seed, config.gate_timeout_s = st["seed"], st["gate"]["timeout_s"]
+    config.gate_rounds, config.gate_scale = st["gate"]["rounds"], st["gate"]["scale"]
+    s.save()
+    if ckpt is None:
+        s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)
+        st["checkpoint"] = str(s.checkpoint)
+        st["checkpoint_synthetic"] = True
+        s.save()
+    return s, st["agent"], st.get("agent_options") or {}
+
+
+def recover(s: Session) -> None:
+    """Settle an iteration left in flight by a killed process: kill its gate, adopt its commit or redo it."""
+    st = s.record.state
+    flight = st.get("in_flight")
+    if not flight:
+        s.worktree.reset_clean()
+        return
+    i, pid = flight["iteration"], flight.get("gate_pid")
+    if pid and kill_orphan(pid):
+        s.progress.line(i, f"killed the orphaned gate (pid {pid})")
+    head = s.worktree.repo.head.commit
+    tr = parse_trailers(head.message)
+    if tr.get("Run-Id") == s.record.run_id and tr.get("Iteration") == str(i):
+        _adopt(s, i, head)
+    else:
+        s.progress.line(i, "was interrupted before a verdict; redoing it")
+        s.worktree.reset_clean()
+    st["in_flight"] = None
+    s.save()
+
+
+def _adopt(s: Session, i: int, head: Any) -> None:
+    """Record iteration ``i`` as accepted from the commit a killed process made (its gate.json is in the record)."""
+    st = s.record.state
+    result = s.record.gate_json(i)
+    outcome = GateOutcome(result, 0, False, 0.0)
+    reason = "accepted (commit made just before the run was interrupted; recovered on resume)"
+    verdict = Verdict(Decision(True, reason), outcome, int(parse_trailers(head.message).get("Gate-Seed", 0)), head.hexsha)
+    diff = CandidateDiff(tuple(head.stats.files), s.worktree.repo.git.show("--binary", "--format=", head.hexsha) + "\n")
+    s.worktree.reset_clean()
+    if i == 0:
+        cumulative = 1.0
+        st["baseline"] = {"iteration": 0, "commit": head.hexsha}
+    else:
+        cumulative = st["best"]["cumulative_speedup"] * (result.get("bench") or {}).get("objective", {}).get("speedup", 1.0)
+    st["best"] = {"iteration": i, "commit": head.hexsha, "cumulative_speedup": cumulative}
+    write_iteration(s, i, summary=head.summary, diff=diff, verdict=verdict, started=utc_now(),
+                    tunables=read_tunables(s.worktree.engine_dir), cumulative=cumulative)
+    st["next_iteration"] = i + 1
+    s.progress.line(i, f"adopted commit {head.hexsha[:10]} made before the interruption")

@@ -1,0 +1,60 @@
+"""``metainfer build``: generate the target's engine with an agent, one gated commit per accepted iteration."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from metainfer.agents import default_agent_name
+
+
+def build(
+    model: str = typer.Option(..., "--model", help="registered model, e.g. qwen3.6-35b-a3b-tiny (see `metainfer targets`)"),
+    quant: str = typer.Option(..., "--quant", help="weight format: bf16 or nvfp4"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU profile; must be the device present (cpu is always allowed)"),
+    agent: str = typer.Option(None, "--agent", help="offline | scripted | anthropic | claude-code; default: anthropic "
+                              "with ANTHROPIC_API_KEY set, else offline"),
+    iterations: int = typer.Option(None, "--iterations", help="proposals after the baseline (default 3; on --resume: the run's)"),
+    time_limit: float = typer.Option(None, "--time-limit", help="stop at an iteration boundary after this many minutes"),
+    budget_usd: float = typer.Option(None, "--budget-usd", help="stop once the agent has spent this many USD"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder of run records (relative to the repo root)"),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint folder; default: a seeded synthetic one, cached "
+                                    "under .metainfer/checkpoints"),
+    seed: int = typer.Option(0, "--seed", help="seed of the synthetic checkpoint, the agent's search and the gate's inputs"),
+    gate_timeout: float = typer.Option(1800.0, "--gate-timeout", help="seconds before a gate run is killed (a rejected iteration)"),
+    rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
+    scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
+    resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted run to continue"),
+    script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "
+                                      "in order, one per iteration; repository-relative paths"),
+) -> None:
+    """Build an engine for <model>-<quant>-<gpu>: baseline, then N agent proposals, each gated (static → parity → A/B bench).
+
+    Accepted candidates are committed on branch metainfer/<target> in the worktree .metainfer/worktrees/<target>;
+    your checkout and current branch are never touched. The record goes to runs/<run-id>/.
+    """
+    from metainfer.build import BuildConfig, run_build
+
+    options = {}
+    name = agent or default_agent_name()
+    if script:
+        if agent not in (None, "scripted"):
+            raise typer.BadParameter("--script goes with --agent scripted")
+        name = "scripted"
+        options["patches"] = [str(p.resolve()) for p in script]
+    elif name == "scripted" and not resume:
+        raise typer.BadParameter("--agent scripted needs --script PATCH (one or more)")
+    config = BuildConfig(model=model, quant=quant, gpu=gpu, agent=name, agent_options=options, iterations=iterations,
+                         time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
+                         seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume)
+    record = run_build(config)
+    typer.echo(f"run record: {record.path}\nsummary: {record.path / 'summary.md'}\nhtml: {record.path / 'summary.html'}")
+    if record.state["status"] == "failed":
+        sys.exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``build`` to the app."""
+    app.command("build")(build)
