@@ -81,7 +81,7 @@ def rmsnorm(
     """
     check_norm(x, w, residual)
     if _use_triton(x):
-        return _triton("rmsnorm", "rmsnorm_triton")(x, w, eps, residual, **launch)
+        return _triton("norm", "rmsnorm_triton")(x, w, eps, residual, **launch)
     return ref.rmsnorm_ref(x, w, eps, residual)
 
 
@@ -93,7 +93,7 @@ def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float,
     """
     check_gated_norm(o, z, w)
     if _use_triton(o):
-        return _triton("rmsnorm", "gated_rmsnorm_triton")(o, z, w, eps, **launch)
+        return _triton("norm", "gated_rmsnorm_triton")(o, z, w, eps, **launch)
     return ref.gated_rmsnorm_ref(o, z, w, eps)
 
 
@@ -112,7 +112,7 @@ def nvfp4_linear(
     """
     check_linear(x, packed, scale, gscale)
     if _use_triton(x):
-        return _triton("nvfp4_linear", "nvfp4_linear_triton")(x, packed, scale, gscale, **launch)
+        return _triton("linear", "nvfp4_linear_triton")(x, packed, scale, gscale, **launch)
     return ref.nvfp4_linear_ref(x, packed, scale, gscale)
 
 

@@ -36,18 +36,28 @@ def _contig(op: str, name: str, t: torch.Tensor) -> None:
         _fail(op, f"{name} must be contiguous (it is updated in place or read with flat offsets); pass a contiguous buffer")
 
 
+def _act(op: str, name: str, t: torch.Tensor) -> None:
+    """An activation: bf16 with a contiguous last dim (rows may be strided)."""
+    _dtype(op, name, t, torch.bfloat16)
+    if t.dim() and t.stride(-1) != 1:
+        _fail(op, f"{name} must have a contiguous last dim (stride {t.stride(-1)}); call .contiguous() first")
+
+
 def check_norm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) -> None:
     """rmsnorm: x [T, H], w [H], residual like x."""
     _rank("rmsnorm", "x", x, 2)
+    _act("rmsnorm", "x", x)
     _shape("rmsnorm", "w", w, (x.shape[1],))
     if residual is not None:
         _shape("rmsnorm", "residual", residual, tuple(x.shape))
-        _dtype("rmsnorm", "residual", residual, x.dtype)
+        _act("rmsnorm", "residual", residual)
 
 
 def check_gated_norm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor) -> None:
     """gated_rmsnorm: o, z [N, D], w [D]."""
     _rank("gated_rmsnorm", "o", o, 2)
+    _act("gated_rmsnorm", "o", o)
+    _act("gated_rmsnorm", "z", z)
     _shape("gated_rmsnorm", "z", z, tuple(o.shape))
     _shape("gated_rmsnorm", "w", w, (o.shape[1],))
 
@@ -64,6 +74,7 @@ def _check_nvfp4(op: str, prefix: str, packed: torch.Tensor, scale: torch.Tensor
 def check_linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, gscale: torch.Tensor) -> None:
     """nvfp4_linear: x [M, K], packed uint8 [N, K/2], scale e4m3 [N, K/16], gscale fp32 with one element."""
     _rank("nvfp4_linear", "x", x, 2)
+    _act("nvfp4_linear", "x", x)
     _rank("nvfp4_linear", "packed", packed, 2)
     _check_nvfp4("nvfp4_linear", "", packed, scale, packed.shape[0], x.shape[1], ())
     _dtype("nvfp4_linear", "gscale", gscale, torch.float32)
@@ -75,6 +86,7 @@ def check_moe(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2) -> None:
     """moe_nvfp4: see ``kernels.moe_nvfp4`` for the shapes."""
     op = "moe_nvfp4"
     _rank(op, "x", x, 2)
+    _act(op, "x", x)
     _rank(op, "topk_ids", topk_ids, 2)
     _rank(op, "w13", w13, 3)
     _rank(op, "w2", w2, 3)

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._common import round_bf16
+
 
 @triton.jit
 def _rmsnorm_kernel(
@@ -25,34 +27,34 @@ def _rmsnorm_kernel(
     if HAS_RESIDUAL:
         b_r = tl.load(r_ptr + i_t * stride_r + o_h, mask=m_h, other=0.0).to(tl.float32)
         # round the sum to the activation dtype first: HF adds the residual in bf16
-        b_s = (b_x + b_r).to(s_ptr.dtype.element_ty)
-        tl.store(s_ptr + i_t * stride_s + o_h, b_s, mask=m_h)
-        b_x = b_s.to(tl.float32)
+        b_x = round_bf16(b_x + b_r)
+        tl.store(s_ptr + i_t * stride_s + o_h, b_x.to(s_ptr.dtype.element_ty), mask=m_h)
     b_w = tl.load(w_ptr + o_h, mask=m_h, other=0.0).to(tl.float32)
     b_rstd = tl.rsqrt(tl.sum(b_x * b_x, axis=0) / H + eps)
     b_y = b_x * b_rstd * (1.0 + b_w)
-    tl.store(y_ptr + i_t * stride_y + o_h, b_y.to(y_ptr.dtype.element_ty), mask=m_h)
+    tl.store(y_ptr + i_t * stride_y + o_h, round_bf16(b_y).to(y_ptr.dtype.element_ty), mask=m_h)
 
 
 @triton.jit
 def _gated_rmsnorm_kernel(
     o_ptr, z_ptr, w_ptr, y_ptr,
     D, stride_o, stride_z, stride_y, eps,
-    BLOCK_D: tl.constexpr,
+    ROUND_WN: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     o_d = tl.arange(0, BLOCK_D)
     m_d = o_d < D
     b_o = tl.load(o_ptr + i_n * stride_o + o_d, mask=m_d, other=0.0).to(tl.float32)
     b_z = tl.load(z_ptr + i_n * stride_z + o_d, mask=m_d, other=0.0).to(tl.float32)
-    b_w = tl.load(w_ptr + o_d, mask=m_d, other=0.0)
+    b_w = tl.load(w_ptr + o_d, mask=m_d, other=0.0).to(tl.float32)
     b_rstd = tl.rsqrt(tl.sum(b_o * b_o, axis=0) / D + eps)
-    # HF rounds the normalised value to the input dtype, multiplies by w in w's dtype, then
-    # multiplies by silu(z) in fp32
-    b_n = (b_o * b_rstd).to(y_ptr.dtype.element_ty)
-    b_nw = (b_n * b_w).to(tl.float32)
+    # HF rounds the normalised value to bf16, multiplies by w in w's dtype (bf16 or fp32),
+    # then by silu(z) in fp32
+    b_nw = round_bf16(b_o * b_rstd) * b_w
+    if ROUND_WN:  # a bf16 weight: torch computes w * n in bf16
+        b_nw = round_bf16(b_nw)
     b_y = b_nw * (b_z * tl.sigmoid(b_z))
-    tl.store(y_ptr + i_n * stride_y + o_d, b_y.to(y_ptr.dtype.element_ty), mask=m_d)
+    tl.store(y_ptr + i_n * stride_y + o_d, round_bf16(b_y).to(y_ptr.dtype.element_ty), mask=m_d)
 
 
 def rmsnorm_triton(
@@ -91,6 +93,6 @@ def gated_rmsnorm_triton(
         return y
     _gated_rmsnorm_kernel[(n_rows,)](
         o, z, w, y, dim, o.stride(0), z.stride(0), y.stride(0), eps,
-        BLOCK_D=triton.next_power_of_2(dim), num_warps=num_warps,
+        ROUND_WN=w.dtype == torch.bfloat16, BLOCK_D=triton.next_power_of_2(dim), num_warps=num_warps,
     )
     return y

@@ -1,0 +1,51 @@
+"""Triton helpers shared by the kernels: bf16 rounding and E2M1 decoding in registers.
+
+Both are written with integer bit operations so that the GPU and the Triton interpreter
+(the CPU tests) give bit-identical results: the interpreter truncates fp32 → bf16 casts
+and computes bf16 arithmetic on raw uint16 storage, so kernels never do either directly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+#: True when the kernels run under the Triton interpreter (TRITON_INTERPRET=1 at import time,
+#: which is also when ``triton.jit`` decides). Its ``tl.dot`` multiplies bf16 tiles as raw
+#: uint16 (triton 3.9), so ``dot_bf16`` upcasts there; on a GPU the bf16 tensor-core dot runs.
+INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
+
+#: ``e2m1_scaled`` returns the E2M1 value times 2^-14; multiply by this (folded into the block scale).
+E2M1_UNSCALE = 16384.0
+
+
+@triton.jit
+def round_bf16(x):
+    """fp32 → the nearest bf16 value (ties to even), still held in fp32; the cast after it is exact."""
+    b = x.to(tl.uint32, bitcast=True)
+    b = b + 0x7FFF + ((b >> 16) & 1)
+    b = (b >> 16) << 16
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_scaled(c):
+    """E2M1 codes (int32, 0..15; bit 3 sign) → fp32 values × 2^-14.
+
+    Puts the 3 magnitude bits where fp16 keeps its 2 low exponent bits and top mantissa bit
+    (``c << 9``): exponent e > 0 gives 2^(e-15)(1 + m/2), e = 0 the subnormal m·2^-15, i.e.
+    the E2M1 magnitude {0, .5, 1, 1.5, 2, 3, 4, 6} times 2^-14; bit 3 goes to the fp16 sign.
+    """
+    h = ((c & 7) << 9) | ((c & 8) << 12)
+    return h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def dot_bf16(a, b, acc):
+    """acc + a @ b for bf16 tiles, fp32 accumulation (products of bf16 values are exact in fp32)."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
