@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 import triton
 import triton.language as tl
 
@@ -17,8 +18,19 @@ import triton.language as tl
 #: uint16 (triton 3.9), so ``dot_bf16`` upcasts there; on a GPU the bf16 tensor-core dot runs.
 INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
 
+#: Tests set this to True: kernel outputs and intermediates are then allocated filled with NaN,
+#: so an element a kernel fails to write shows up as NaN instead of stale memory.
+POISON_ALLOCATIONS = False
+
 #: ``e2m1_scaled`` returns the E2M1 value times 2^-14; multiply by this (folded into the block scale).
 E2M1_UNSCALE = 16384.0
+
+
+def new_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty``, or NaN-filled when ``POISON_ALLOCATIONS`` is set (float dtypes only)."""
+    if POISON_ALLOCATIONS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 @triton.jit

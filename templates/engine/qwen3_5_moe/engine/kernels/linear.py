@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from ._common import new_empty
 from .nvfp4_gemm import nvfp4_gemm_kernel, nvfp4_gemv_kernel
 
 
@@ -36,7 +37,7 @@ def nvfp4_linear_triton(
     """
     m_rows, k_dim = x.shape
     n_dim = packed.shape[0]
-    y = torch.empty(m_rows, n_dim, dtype=x.dtype, device=x.device)
+    y = new_empty((m_rows, n_dim), x.dtype, x.device)
     if m_rows == 0:
         return y
     g = gscale.reshape(1).to(torch.float32)

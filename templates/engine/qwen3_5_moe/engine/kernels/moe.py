@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from ._common import new_empty
 from .nvfp4_gemm import nvfp4_gemm_kernel, nvfp4_gemv_kernel
 
 
@@ -78,14 +79,14 @@ def moe_nvfp4_triton(
     n_exp, two_i = w13.shape[0], w13.shape[1]
     inter = two_i // 2
     n_pairs = t_count * top_k
-    out = torch.empty(t_count, hidden, dtype=x.dtype, device=x.device)
+    out = new_empty((t_count, hidden), x.dtype, x.device)
     if t_count == 0:
         return out
     w13, s13, w2, s2 = w13.contiguous(), s13.contiguous(), w2.contiguous(), s2.contiguous()
     g13, g2 = g13.contiguous(), g2.contiguous()
     tw = topk_weights.reshape(-1).to(torch.float32).contiguous()  # [P]
-    h = torch.empty(n_pairs, inter, dtype=x.dtype, device=x.device)  # silu(gate) * up
-    y = torch.empty(n_pairs, hidden, dtype=torch.float32, device=x.device)  # weighted down outputs
+    h = new_empty((n_pairs, inter), x.dtype, x.device)  # silu(gate) * up
+    y = new_empty((n_pairs, hidden), torch.float32, x.device)  # weighted down outputs
     if t_count <= gemv_max_t:
         ids = topk_ids.reshape(-1).contiguous()
         launch = dict(BLOCK_K=gemv_block_k, num_warps=gemv_num_warps)

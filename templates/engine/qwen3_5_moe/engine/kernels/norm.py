@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import round_bf16
+from ._common import new_empty, round_bf16
 
 
 @triton.jit
@@ -70,8 +70,8 @@ def rmsnorm_triton(
     Returns ``(y, s)`` bf16 [T, H]; ``s`` is x itself when residual is None.
     """
     t_count, hidden = x.shape
-    y = torch.empty_like(x)
-    s = torch.empty_like(x) if residual is not None else x
+    y = new_empty(x.shape, x.dtype, x.device)
+    s = new_empty(x.shape, x.dtype, x.device) if residual is not None else x
     if t_count == 0:
         return y, s
     r = residual if residual is not None else x
@@ -88,7 +88,7 @@ def gated_rmsnorm_triton(
 ) -> torch.Tensor:
     """Triton twin of ``reference.gated_rmsnorm_ref``: o, z bf16 [N, D] (last dim contiguous), w [D] → bf16 [N, D]."""
     n_rows, dim = o.shape
-    y = torch.empty_like(o)
+    y = new_empty(o.shape, o.dtype, o.device)
     if n_rows == 0:
         return y
     _gated_rmsnorm_kernel[(n_rows,)](
