@@ -52,9 +52,11 @@ class BuildConfig:
         runs_dir: folder holding one sub-folder per run (relative paths are taken from the repo root).
         checkpoint: checkpoint folder; None = a seeded synthetic one cached under ``.metainfer/checkpoints``.
         seed: run seed: synthetic checkpoint, agent search, and (with the iteration) the gate's inputs.
-        gate_timeout_s: seconds one gate subprocess may run before it is killed (a rejected iteration).
+        gate_timeout_s: seconds one gate subprocess may run before it is killed (a rejected iteration);
+            None = 1800 for a new run, the run's own on resume (a value given on resume replaces it).
         gate_rounds: A/B rounds of the benchmark (``--rounds`` of the gate); None = the gate's default.
         gate_scale: ``cpu`` or ``full`` workloads; None = the gate's default for the GPU.
+        gate_workloads: benchmark workloads (``ttft``, ``decode-bs1``, ``conc32``); None = the gate's default (all).
         resume: run id (or run folder) to continue; None = a new run.
         repo_root: the project clone; None = found from the cwd.
     """
@@ -70,9 +72,10 @@ class BuildConfig:
     runs_dir: Path = Path("runs")
     checkpoint: Path | None = None
     seed: int = 0
-    gate_timeout_s: float = 1800.0
+    gate_timeout_s: float | None = None
     gate_rounds: int | None = None
     gate_scale: str | None = None
+    gate_workloads: tuple[str, ...] | None = None
     resume: str | None = None
     repo_root: Path | None = None
 

@@ -33,6 +33,7 @@ class GateRequest:
         stages: stage names in order.
         rounds: A/B rounds, or None for the gate's default.
         scale: ``cpu`` or ``full``, or None for the gate's default.
+        workloads: benchmark workload names, or None for the gate's default.
         timeout_s: seconds before the process group is killed.
     """
 
@@ -44,6 +45,7 @@ class GateRequest:
     stages: tuple[str, ...] = ("static", "parity", "bench")
     rounds: int | None = None
     scale: str | None = None
+    workloads: tuple[str, ...] | None = None
     timeout_s: float = 1800.0
 
     def argv(self, json_out: Path) -> list[str]:
@@ -55,6 +57,8 @@ class GateRequest:
             argv += ["--rounds", str(self.rounds)]
         if self.scale is not None:
             argv += ["--scale", self.scale]
+        if self.workloads:
+            argv += ["--workloads", ",".join(self.workloads)]
         return argv
 
 
@@ -119,7 +123,13 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
         msg = f"gate timed out after {req.timeout_s:.0f}s and was killed"
         with open(log_path, "a") as log:
             log.write(f"\n[metainfer] {msg}\n")
-        return GateOutcome({"schema": 1, "ok": False, "error": msg, "stages": []}, None, True, seconds, msg, argv)
+        try:  # the gate rewrites its JSON after every stage: keep what it had
+            partial = json.loads(json_out.read_text())
+        except (OSError, ValueError):
+            partial = {"schema": 1, "stages": []}
+        partial.update({"ok": False, "error": msg})
+        json_out.write_text(json.dumps(partial, indent=2) + "\n")
+        return GateOutcome(partial, None, True, seconds, msg, argv)
     try:
         result = json.loads(json_out.read_text())
     except FileNotFoundError:

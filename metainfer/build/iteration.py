@@ -78,7 +78,8 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
         else:
             best = s.worktree.export(baseline_sha, Path(tmp))
         req = GateRequest(engine=s.worktree.engine_dir, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
-                          seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale, timeout_s=s.config.gate_timeout_s)
+                          seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
+                          workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s)
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
         outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start)
     if not (d / "gate.json").is_file():

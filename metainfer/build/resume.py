@@ -28,7 +28,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     """Validate options, check the GPU, open or create the run record, the worktree and the checkpoint.
 
     On ``config.resume`` the target, agent, seed and gate settings come from ``run.json``;
-    a given ``config.iterations`` replaces the run's total. A new run refuses a worktree
+    a given ``config.iterations`` or ``config.gate_timeout_s`` replaces the run's. A new run refuses a worktree
     with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
 
     Returns:
@@ -49,6 +49,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         target = make_target(st["model"], st["quant"], st["gpu"])
         if config.iterations is not None:
             st["iterations"] = config.iterations
+        if config.gate_timeout_s is not None:
+            st["gate"]["timeout_s"] = config.gate_timeout_s
         st["status"], st["stop_reason"], st["ended"] = "running", None, None
         st["active_seconds_before"] = st.get("active_seconds", 0.0)
         st.setdefault("resumed", []).append(utc_now())
@@ -60,7 +62,9 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                 "agent": agent_label or config.agent, "agent_options": config.agent_options,
                 "iterations": 3 if config.iterations is None else config.iterations, "seed": config.seed,
                 "budget": {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd},
-                "gate": {"timeout_s": config.gate_timeout_s, "rounds": config.gate_rounds, "scale": config.gate_scale},
+                "gate": {"timeout_s": 1800.0 if config.gate_timeout_s is None else config.gate_timeout_s,
+                         "rounds": config.gate_rounds, "scale": config.gate_scale,
+                         "workloads": list(config.gate_workloads) if config.gate_workloads else None},
                 "checkpoint": str(config.checkpoint.resolve()) if config.checkpoint else None,
                 "branch": target.branch, "repo_root": str(root)}
         wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
@@ -76,6 +80,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     # the gate settings of a resumed run are the run's, not this command line's defaults
     config.seed, config.gate_timeout_s = st["seed"], st["gate"]["timeout_s"]
     config.gate_rounds, config.gate_scale = st["gate"]["rounds"], st["gate"]["scale"]
+    config.gate_workloads = tuple(st["gate"]["workloads"]) if st["gate"].get("workloads") else None
     s.save()
     if ckpt is None:
         s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)

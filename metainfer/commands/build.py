@@ -23,9 +23,11 @@ def build(
     checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint folder; default: a seeded synthetic one, cached "
                                     "under .metainfer/checkpoints"),
     seed: int = typer.Option(0, "--seed", help="seed of the synthetic checkpoint, the agent's search and the gate's inputs"),
-    gate_timeout: float = typer.Option(1800.0, "--gate-timeout", help="seconds before a gate run is killed (a rejected iteration)"),
+    gate_timeout: float = typer.Option(None, "--gate-timeout", help="seconds before a gate run is killed (a rejected "
+                                       "iteration); default 1800, on --resume the run's"),
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
+    workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),
     resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted run to continue"),
     script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "
                                       "in order, one per iteration; repository-relative paths"),
@@ -48,7 +50,8 @@ def build(
         raise typer.BadParameter("--agent scripted needs --script PATCH (one or more)")
     config = BuildConfig(model=model, quant=quant, gpu=gpu, agent=name, agent_options=options, iterations=iterations,
                          time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
-                         seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume)
+                         seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume,
+                         gate_workloads=tuple(workloads.split(",")) if workloads else None)
     record = run_build(config)
     typer.echo(f"run record: {record.path}\nsummary: {record.path / 'summary.md'}\nhtml: {record.path / 'summary.html'}")
     if record.state["status"] == "failed":

@@ -1,0 +1,76 @@
+"""Decision, trailers and run-record rendering of the build loop, on gate JSONs of the contract's schema."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from metainfer.build.decision import commit_message, decide, decide_baseline, parse_trailers, trailers
+from metainfer.build.gate_runner import GateOutcome
+from metainfer.build.records import RunRecord, write_json
+from metainfer.build.report import summary_markdown, write_summary
+
+
+def _gate(parity_ok=True, speedup=1.3, noise=0.05, beats=True, bench=True) -> dict:
+    stages = [{"name": "static", "ok": True, "seconds": 0.2, "error": None},
+              {"name": "parity", "ok": parity_ok, "seconds": 3.0, "error": None if parity_ok else "prompt 'len63' logits"}]
+    g = {"schema": 1, "ok": parity_ok, "stages": stages,
+         "parity": {"ok": parity_ok, "max_rel_err": 0.004 if parity_ok else 0.41, "tolerance": 0.03}}
+    if parity_ok and bench:
+        stages.append({"name": "bench", "ok": True, "seconds": 9.0, "error": None})
+        w = lambda c, b: {"unit": "tok/s", "higher_is_better": True, "candidate": {"median": c, "spread": 0.4, "samples": [c]},
+                          "baseline": {"median": b, "spread": 0.3, "samples": [b]}, "roofline_fraction": 0.0123}
+        g["bench"] = {"scaled_down": True, "workloads": {"decode-bs1": w(41.5, 32.0), "conc32": w(120.0, 100.0),
+                                                         "ttft": {**w(15.0, 20.0), "unit": "ms", "higher_is_better": False}},
+                      "objective": {"speedup": speedup, "noise": noise, "beats_baseline": beats}}
+    return g
+
+
+def test_decisions_name_the_reason():
+    assert decide(GateOutcome(_gate(), 0, False, 12.0)).accepted
+    assert decide(GateOutcome(_gate(), 0, False, 12.0)).reason.startswith("faster: speedup 1.300")
+    r = decide(GateOutcome(_gate(parity_ok=False), 1, False, 3.0))
+    assert not r.accepted and "parity failed: max rel err 0.41 > tolerance 0.03" in r.reason
+    assert decide(GateOutcome(_gate(speedup=1.02, beats=False), 0, False, 1.0)).reason.startswith("within noise")
+    assert decide(GateOutcome(_gate(speedup=0.7, beats=False), 0, False, 1.0)).reason.startswith("slower")
+    timed = GateOutcome({"ok": False, "stages": []}, None, True, 9.0, "gate timed out after 5s and was killed")
+    assert not decide(timed).accepted and "timed out" in decide(timed).reason
+    crashed = GateOutcome(_gate(), 0, False, 1.0, "gate exited with status -11; see gate.log")
+    assert not decide(crashed).accepted  # a readable JSON does not rescue a crashed gate
+    assert decide_baseline(GateOutcome(_gate(speedup=1.0, beats=False), 0, False, 1.0)).accepted
+    assert not decide_baseline(GateOutcome(_gate(parity_ok=False), 1, False, 1.0)).accepted
+
+
+def test_trailers_carry_the_figures_and_parse_back():
+    t = trailers(_gate(), 7042, "run-x", 3)
+    msg = commit_message("BLOCK_N 64→128 in the W4A16 matmul\n(fewer programs)", t)
+    assert msg.splitlines()[0] == "BLOCK_N 64→128 in the W4A16 matmul (fewer programs)"
+    back = parse_trailers(msg)
+    assert back == t
+    assert back["Parity-Max-Rel-Err"] == "0.004" and back["Decode-BS1-Tok-S"] == "41.5" and back["TTFT-ms"] == "15"
+    assert back["Conc32-Tok-S"] == "120" and back["Roofline-Fraction"] == "0.0123" and back["Speedup"] == "1.3000"
+    assert back["Noise"] == "0.0500" and back["Gate-Seed"] == "7042" and back["Run-Id"] == "run-x" and back["Iteration"] == "3"
+
+
+def test_summary_table_and_html_plot(tmp_path):
+    rec = RunRecord.create(tmp_path, "tgt", {"agent": "scripted", "seed": 0, "branch": "metainfer/tgt", "iterations": 2})
+    rows = [(0, True, "baseline", _gate(speedup=1.0, beats=False), 1.0), (1, True, "faster", _gate(), 1.3),
+            (2, False, "broken", _gate(parity_ok=False), 1.3)]
+    for i, acc, summary, g, cum in rows:
+        d = rec.iter_dir(i)
+        from metainfer.build.decision import figures
+        write_json(d / "report.json", {"iteration": i, "accepted": acc, "summary": summary, "reason": f"why {i}",
+                                       "commit": "abcdef123456" if acc else None, "figures": figures(g),
+                                       "cumulative_speedup": cum})
+    rec.state.update({"status": "finished", "stop_reason": "ran 2 iterations",
+                      "best": {"iteration": 1, "commit": "abcdef123456", "cumulative_speedup": 1.3}})
+    md = summary_markdown(rec)
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    assert len(lines) == 1 + 3  # header + one row per iteration
+    assert "| 1 | **accepted** abcdef12 | faster | 0.004 | 1.300 ± 0.050 | 1.300 | 15 ms | 41.5 tok/s | 120 tok/s |" in md
+    assert "| 2 | rejected | broken | 0.41 | – |" in md and "accepted 1 of 2 candidates" in md and "scaled down" in md
+    html = write_summary(rec).read_text()
+    png = base64.b64decode(html.split("base64,")[1].split("'")[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png == (rec.path / "objective.png").read_bytes()
+    assert "iter-001/report.md" in html
+    assert json.loads((rec.path / "run.json").read_text())["run_id"] == rec.run_id
