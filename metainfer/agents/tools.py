@@ -193,16 +193,19 @@ class ToolBox:
             raise ToolError(f"unknown tool {name!r}; tools: {', '.join(s['name'] for s in self.specs)}")
         args = check_input(spec, args)
         root = self.engine_dir
-        if name == "list_files":
-            out = list_files(root, args.get("path", "."))
-        elif name == "read_file":
-            out = read_file(root, args["path"], args.get("offset", 0))
-        elif name == "write_file":
-            out = write_file(root, args["path"], args["content"])
-        elif name == "edit_file":
-            out = edit_file(root, args["path"], args["old"], args["new"])
-        else:
-            out = self.gate[name]()  # type: ignore[index]
+        try:
+            if name == "list_files":
+                out = list_files(root, args.get("path", "."))
+            elif name == "read_file":
+                out = read_file(root, args["path"], args.get("offset", 0))
+            elif name == "write_file":
+                out = write_file(root, args["path"], args["content"])
+            elif name == "edit_file":
+                out = edit_file(root, args["path"], args["old"], args["new"])
+            else:
+                out = self.gate[name]()  # type: ignore[index]
+        except OSError as err:  # permissions, a full disk: the model should hear it, not crash the run
+            raise ToolError(f"{name} failed: {err}") from err
         return out if len(out) <= MAX_RESULT_CHARS else out[:MAX_RESULT_CHARS] + "\n[... cut]"
 
 
