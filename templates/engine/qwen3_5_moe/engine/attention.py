@@ -1,0 +1,111 @@
+"""Gated full attention (HF ``Qwen3_5MoeAttention``) over packed sequences with a slot KV cache.
+
+Per token: ``q_proj`` gives per head [q | gate] (head_dim each); q and k get the zero-centred
+RMSNorm over head_dim, then RoPE on their first ``rotary_dim`` dims (rotate-half, theta from
+the config; positions per sequence); attention is causal GQA with scale head_dim^-0.5 over the
+sequence's cached keys plus its new ones; the output is multiplied by sigmoid(gate) before
+``o_proj``. The text model's mRoPE has equal position ids in its three sections, which makes
+it this plain RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .batch import Batch
+from .cache import StateCache
+from .linear import linear
+from .target import ModelDims
+from .weights import AttentionWeights
+
+
+class Rope:
+    """Rotary tables for the first ``rotary_dim`` dims of a head: ``inv_freq[i] = theta^(-2i/rotary_dim)``
+    (HF ``compute_default_rope_parameters``), angles computed in fp32 per call."""
+
+    def __init__(self, dims: ModelDims, device: torch.device):
+        d = dims.rotary_dim
+        self.rotary_dim = d
+        self.inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 cos, sin [T, rotary_dim] for int64 positions [T] (frequencies repeated for both halves)."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, d/2]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos(), emb.sin()
+
+    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate-half RoPE on the first rotary_dim dims of x [T, heads, hd] (bf16), computed in fp32, rest untouched."""
+        d = self.rotary_dim
+        rot = x[..., :d].float()
+        x1, x2 = rot[..., : d // 2], rot[..., d // 2 :]
+        rotated = torch.cat([-x2, x1], dim=-1)
+        out = rot * cos[:, None, :] + rotated * sin[:, None, :]
+        return torch.cat([out.to(x.dtype), x[..., d:]], dim=-1)
+
+
+def _head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    t, h, d = x.shape
+    y, _ = kernels.rmsnorm(x.reshape(t * h, d), w, eps)
+    return y.reshape(t, h, d)
+
+
+def attention_forward(
+    x: torch.Tensor, w: AttentionWeights, layer: int, batch: Batch, cache: StateCache, rope: Rope, dims: ModelDims
+) -> torch.Tensor:
+    """One attention mixer over the packed tokens; appends their K/V to the slots' cache.
+
+    Args:
+        x: bf16 [T, H], the input-normed hidden states.
+        layer: model layer index (selects the cache tensors).
+    Returns:
+        bf16 [T, H].
+    """
+    t = x.shape[0]
+    nq, nkv, hd = dims.num_attention_heads, dims.num_key_value_heads, dims.head_dim
+    qkv = linear(x, w.qkv_proj)  # [T, nq*2*hd + 2*nkv*hd]
+    qg, k, v = qkv.split([nq * 2 * hd, nkv * hd, nkv * hd], dim=-1)
+    qg = qg.reshape(t, nq, 2 * hd)
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(t, nq * hd)
+    q = _head_norm(q.contiguous(), w.q_norm, dims.rms_norm_eps)  # [T, nq, hd]
+    k = _head_norm(k.reshape(t, nkv, hd).contiguous(), w.k_norm, dims.rms_norm_eps)
+    v = v.reshape(t, nkv, hd)
+    cos, sin = rope.cos_sin(batch.positions)
+    q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+
+    j = cache.layer_index[layer]
+    kc, vc = cache.k[j], cache.v[j]  # [S, L, nkv, hd]
+    kc[batch.token_slots, batch.positions] = k
+    vc[batch.token_slots, batch.positions] = v
+    scale = hd**-0.5
+    if batch.decode:
+        o = _decode_attention(q, kc, vc, batch, scale)
+    else:
+        o = torch.empty(t, nq, hd, dtype=x.dtype, device=x.device)
+        for i, (slot, start, n) in enumerate(zip(batch.slots, batch.starts, batch.lens)):
+            a, b = batch.cu_seqlens[i], batch.cu_seqlens[i + 1]
+            total = start + n
+            qi = q[a:b].transpose(0, 1).unsqueeze(0)  # [1, nq, n, hd]
+            ki = kc[slot, :total].transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
+            vi = vc[slot, :total].transpose(0, 1).unsqueeze(0)
+            # query r sits at position start + r and sees keys 0..start + r
+            mask = torch.arange(total, device=x.device)[None, :] <= (start + torch.arange(n, device=x.device))[:, None]
+            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=nq != nkv)
+            o[a:b] = oi[0].transpose(0, 1)
+    o = o.reshape(t, nq * hd) * torch.sigmoid(gate)
+    return linear(o, w.o_proj)
+
+
+def _decode_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
+    """One query per sequence against its first ``start + 1`` cached keys; q [B, nq, hd] -> [B, nq, hd]."""
+    lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
+    longest = max(batch.starts) + 1
+    ks = kc[batch.slots_t, :longest].transpose(1, 2)  # [B, nkv, longest, hd]
+    vs = vc[batch.slots_t, :longest].transpose(1, 2)
+    mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]  # [B, 1, 1, longest]
+    o = F.scaled_dot_product_attention(
+        q.unsqueeze(2), ks, vs, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != ks.shape[1]
+    )  # [B, nq, 1, hd]
+    return o[:, :, 0]

@@ -1,0 +1,75 @@
+"""The text model's forward (HF ``Qwen3_5MoeTextModel`` + ``lm_head``) over one ``Batch``.
+
+Each decoder layer: ``h += mixer(norm(h))`` with the mixer Gated DeltaNet or gated attention
+by the layer pattern, then ``h += moe(norm(h))``; the residual add is fused into the next
+norm (``kernels.rmsnorm(x, w, eps, residual)``). The final zero-centred norm and ``lm_head``
+give fp32 logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .attention import Rope, attention_forward
+from .batch import Batch
+from .cache import StateCache
+from .gdn import gdn_forward
+from .moe import moe_forward
+from .target import ModelDims
+from .tunables import Tunables
+from .weights import Weights
+
+
+@dataclass
+class ForwardOut:
+    """``logits`` fp32 [R, V] for the requested rows; ``hidden`` fp32 [L+1, T, H] (index 0 the
+    embeddings, l+1 the output of layer l before the final norm) or None."""
+
+    logits: torch.Tensor
+    hidden: torch.Tensor | None
+
+
+class Model:
+    """Weights + the forward; holds no per-sequence state (that is the ``StateCache``)."""
+
+    def __init__(self, weights: Weights, dims: ModelDims, tunables: Tunables, device: torch.device):
+        self.w = weights
+        self.dims = dims
+        self.tunables = tunables
+        self.rope = Rope(dims, device)
+        self.launch = tunables.launch_keywords()
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, cache: StateCache, *, rows: torch.Tensor | None = None, return_hidden: bool = False) -> ForwardOut:
+        """Run all layers over the batch, advancing the slots' state.
+
+        Args:
+            rows: int64 [R], the packed rows to compute logits for (None: all T rows).
+            return_hidden: also return every layer's output hidden states (fp32, for parity bisection).
+        Returns:
+            ``ForwardOut``.
+        """
+        d = self.dims
+        eps = d.rms_norm_eps
+        h = F.embedding(batch.tokens, self.w.embed)  # [T, H] bf16
+        hidden = [h.float()] if return_hidden else None
+        mlp_out = None
+        for i, layer in enumerate(self.w.layers):
+            x, h = kernels.rmsnorm(mlp_out, layer.input_norm, eps, residual=h) if mlp_out is not None else kernels.rmsnorm(h, layer.input_norm, eps)
+            if layer.kind == "full_attention":
+                mix = attention_forward(x, layer.attn, i, batch, cache, self.rope, d)
+            else:
+                mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables.gdn_chunk_size)
+            x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
+            mlp_out = moe_forward(x, layer.moe, d, self.launch)
+            if hidden is not None:
+                hidden.append((h.float() + mlp_out.float()).to(h.dtype).float())
+        x, _ = kernels.rmsnorm(mlp_out, self.w.norm, eps, residual=h)
+        if rows is not None:
+            x = x[rows]
+        logits = F.linear(x, self.w.lm_head).float()
+        return ForwardOut(logits, torch.stack(hidden) if hidden is not None else None)

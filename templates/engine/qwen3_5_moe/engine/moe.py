@@ -1,0 +1,72 @@
+"""Sparse MoE block (HF ``Qwen3_5MoeSparseMoeBlock``): routed top-k experts plus a gated shared expert.
+
+Router: ``softmax(x · Wrᵀ)`` in fp32 over E experts, top-k, renormalised to sum 1 (HF
+``Qwen3_5MoeTopKRouter``). Each expert is ``down(silu(gate(x)) * up(x))``; the shared expert
+is the same MLP, scaled by ``sigmoid(x · w_shared_gate)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .linear import linear
+from .target import ModelDims
+from .weights import ExpertStack, MoeWeights
+
+
+def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k routing: x bf16 [T, H], router bf16 [E, H] -> ids int64 [T, k], weights fp32 [T, k] (sum 1 per row)."""
+    probs = torch.softmax(F.linear(x, router).float(), dim=-1)  # [T, E]
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    return ids, weights / weights.sum(-1, keepdim=True)
+
+
+def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: ExpertStack) -> torch.Tensor:
+    """Routed bf16 experts, one grouped GEMM pair per hit expert (HF ``Qwen3_5MoeExperts.forward`` order).
+
+    x bf16 [T, H]; ids int64 [T, k]; weights fp32 [T, k]; ex.w13 bf16 [E, 2I, H], ex.w2 bf16 [E, H, I].
+    Accumulates the weighted expert outputs in fp32 and rounds once; returns bf16 [T, H].
+    """
+    inter = ex.w13.shape[1] // 2
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)  # token-slot pairs grouped by expert
+    counts = torch.bincount(flat, minlength=ex.w13.shape[0]).tolist()
+    tok = order // ids.shape[1]
+    wts = weights.reshape(-1)[order]
+    start = 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        rows, w = tok[start : start + c], wts[start : start + c]
+        start += c
+        gu = F.linear(x[rows], ex.w13[e])  # [c, 2I]
+        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        y = F.linear(h, ex.w2[e])  # [c, H]
+        out.index_add_(0, rows, y.float() * w[:, None])
+    return out.to(x.dtype)
+
+
+def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | None = None) -> torch.Tensor:
+    """Routed experts + gated shared expert for x bf16 [T, H]; returns bf16 [T, H].
+
+    ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4`` and ``nvfp4_linear``).
+    """
+    launch = launch or {}
+    ids, weights = route(x, w.router, dims.num_experts_per_tok)
+    ex = w.experts
+    if ex.quantized:
+        routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
+    else:
+        routed = experts_bf16(x, ids, weights, ex)
+    lin_launch = launch.get("linear", {})
+    if w.shared_gate_up is not None:
+        gu = linear(x, w.shared_gate_up)
+        gate, up = gu.chunk(2, dim=-1)
+    else:
+        gate, up = linear(x, w.shared_gate, **lin_launch), linear(x, w.shared_up, **lin_launch)
+    shared = linear(F.silu(gate) * up, w.shared_down, **lin_launch)
+    shared = torch.sigmoid(F.linear(x, w.shared_expert_gate)) * shared  # [T, 1] * [T, H]
+    return routed + shared
