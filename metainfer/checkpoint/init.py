@@ -6,7 +6,7 @@ checkpoints of one seed hold the same dense weights (NVFP4 = quantize(bf16)).
 
 Scales are chosen so the tiny twin computes something with real margins, not noise
 around zero: linears ``N(0, 1/fan_in)`` (at hidden 2048 this is the model's
-``initializer_range`` 0.02), up projections 1.5x that (so gate and up of one expert get
+``initializer_range`` 0.02), up projections 2x that (so gate and up of one expert get
 visibly different NVFP4 global scales), embeddings ``N(0, 1)``, zero-centred RMSNorm
 weights ``N(0, 0.1²)`` (HF computes ``x̂ * (1 + w)``), the GDN output norm ``1 + N(0, 0.1²)``
 (plain ``w``), ``A_log = log U(1, 16)`` (HF draws U(0.01, 16)), ``dt_bias = 1 + N(0, 0.1²)``,
@@ -21,7 +21,7 @@ import math
 
 import torch
 
-UP_STD_FACTOR = 1.5
+UP_STD_FACTOR = 2.0
 ROUTER_SKEW_SIGMA = 0.7
 
 
@@ -63,5 +63,5 @@ def init_dense(name: str, shape: tuple[int, ...], kind: str, seed: int) -> torch
 
 
 def init_expert(group: str, expert: int, proj: str, shape: tuple[int, int], seed: int) -> torch.Tensor:
-    """One routed expert's dense float32 weight ``<group>.<expert>.<proj>.weight`` (gate/down N(0, 1/K), up 1.5x)."""
+    """One routed expert's dense float32 weight ``<group>.<expert>.<proj>.weight`` (gate/down N(0, 1/K), up 2x wider)."""
     return init_dense(f"{group}.{expert}.{proj}.weight", shape, "linear_up" if proj == "up_proj" else "linear", seed)

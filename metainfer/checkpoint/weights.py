@@ -77,5 +77,13 @@ class ExpertWeights:
         """Dense fused (gate_up [E, 2I, H], down [E, H, I]) of ``dtype``, dequantizing NVFP4 experts."""
         if not self.quantized:
             return self.gate_up.to(dtype), self.down.to(dtype)
-        gate_up = torch.stack([torch.cat([g.dense(dtype), u.dense(dtype)]) for g, u in zip(self.gate, self.up)])
-        return gate_up, torch.stack([d.dense(dtype) for d in self.down])
+        gate, up, down = (_dense_stack(x, dtype) for x in (self.gate, self.up, self.down))
+        return torch.cat([gate, up], dim=1), down
+
+
+def _dense_stack(linears: list[NvFp4Linear], dtype: torch.dtype) -> torch.Tensor:
+    """Dequantize E same-shaped NVFP4 linears at once: [E, N, K], each with its own global scale."""
+    return dequantize(
+        torch.stack([x.weight for x in linears]), torch.stack([x.weight_scale for x in linears]),
+        torch.stack([x.weight_scale_2.reshape(()) for x in linears]), dtype,
+    )

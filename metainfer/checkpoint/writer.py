@@ -84,7 +84,7 @@ def materialize(p: Param, quant: QuantSpec, seed: int, convention: str = "modelo
     layout = param_tensors(p, quant, convention=convention)
     if p.kind != "experts":
         dense = init_dense(p.name, p.shape, p.kind, seed).to(torch.bfloat16)
-        if p.name in layout:
+        if p.name in layout and layout[p.name].dtype == torch.bfloat16:
             yield p.name, dense
         else:
             yield from _nvfp4(p.name[: -len(".weight")], dense, convention)

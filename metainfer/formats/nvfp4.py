@@ -28,6 +28,9 @@ E4M3_MAX = 448.0
 
 #: magnitude of code ``c & 7``; code ``c | 8`` is its negative.
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+#: all 16 codes' values (sign bit 3) and, per byte, its (low, high) element pair: [256, 2].
+_CODE_VALUES = torch.cat([E2M1_VALUES, -E2M1_VALUES])
+_BYTE_VALUES = torch.stack([_CODE_VALUES.repeat(16), _CODE_VALUES.repeat_interleave(16)], dim=-1)
 #: midpoints between consecutive magnitudes; a tie rounds to the even code (ModelOpt ``_cast_fp4``).
 _BOUNDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
 
@@ -73,9 +76,7 @@ def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """E2M1 codes (uint8, 0..15) to float32 values of the same shape."""
-    c = codes.to(torch.int64)
-    mag = E2M1_VALUES.to(codes.device)[c & 7]
-    return torch.where((c & 8) != 0, -mag, mag)
+    return _CODE_VALUES.to(codes.device)[codes.long()]
 
 
 def pack_codes(codes: torch.Tensor) -> torch.Tensor:
@@ -134,23 +135,31 @@ def dequantize(
     """Expand an NVFP4 weight (ModelOpt convention) to a dense [N, K] tensor.
 
     ``W = e2m1(weight) * weight_scale * weight_scale_2``, computed in fp32, then cast to ``dtype``.
+    Leading batch dims are allowed (e.g. stacked experts [E, N, K/2] with a global scale
+    per expert [E]), so many small weights expand in one call.
 
     Args:
-        weight: uint8 [N, K/2]. weight_scale: float8_e4m3fn [N, K/16].
-        weight_scale_2: fp32 [] or [1], the global multiplier.
+        weight: uint8 [..., N, K/2]. weight_scale: float8_e4m3fn [..., N, K/16].
+        weight_scale_2: fp32 [...] (or [] / [1] for a single weight), the global multiplier.
+    Returns:
+        [..., N, K] of ``dtype``.
     Raises:
-        ValueError: shapes disagree (the message gives both).
+        ValueError: not uint8, or shapes disagree (the message gives both).
     """
-    n, half = weight.shape
+    if weight.dtype != torch.uint8:
+        raise ValueError(f"dequantize: expected uint8 packed codes, got {weight.dtype}")
+    *lead, n, half = weight.shape
     k = half * 2
     _check_k(k, "dequantize")
-    if tuple(weight_scale.shape) != (n, k // BLOCK):
+    if tuple(weight_scale.shape) != (*lead, n, k // BLOCK):
         raise ValueError(
-            f"dequantize: weight_scale has shape {tuple(weight_scale.shape)}, expected {(n, k // BLOCK)} for a weight {tuple(weight.shape)}"
+            f"dequantize: weight_scale has shape {tuple(weight_scale.shape)}, expected {(*lead, n, k // BLOCK)} "
+            f"for a weight {tuple(weight.shape)}"
         )
-    vals = decode_e2m1(unpack_codes(weight)).reshape(n, k // BLOCK, BLOCK)
-    out = vals * weight_scale.float().unsqueeze(-1) * weight_scale_2.float().reshape(())
-    return out.reshape(n, k).to(dtype)
+    vals = _BYTE_VALUES.to(weight.device)[weight.long()].reshape(*lead, n, k // BLOCK, BLOCK)  # byte -> (2j low, 2j+1 high)
+    global_scale = weight_scale_2.float().reshape(*lead, 1, 1, 1) if lead else weight_scale_2.float().reshape(())
+    out = vals * weight_scale.float().unsqueeze(-1) * global_scale
+    return out.reshape(*lead, n, k).to(dtype)
 
 
 def global_from_compressed_tensors(weight_global_scale: torch.Tensor) -> torch.Tensor:

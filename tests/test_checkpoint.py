@@ -1,0 +1,208 @@
+"""Synthetic checkpoints: exact layout, index consistency, reader formats and errors, HF loading."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from metainfer.checkpoint import CheckpointReader, NvFp4Linear, expected_tensors, write_checkpoint
+from metainfer.errors import CheckpointError
+from metainfer.formats.nvfp4 import dequantize
+from metainfer.targets import get_model, get_quant
+
+from conftest import TINY_MODEL, TINY_SEED
+
+_DT = {"BF16": torch.bfloat16, "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn, "F32": torch.float32}
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit(ckpt: Path, fn) -> None:
+    """Apply ``fn(tensors dict)`` to the shard holding layer 0's input norm and fix the index."""
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    shard = index["weight_map"]["model.language_model.layers.0.input_layernorm.weight"]
+    tensors = load_file(ckpt / shard)
+    fn(tensors)
+    save_file(tensors, ckpt / shard, metadata={"format": "pt"})
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v != shard} | {k: shard for k in tensors}
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("quant", ["bf16", "nvfp4"])
+def test_layout_exactly_as_expected_and_index_consistent(tiny_checkpoint, quant):
+    ckpt = tiny_checkpoint(quant)
+    want = expected_tensors(get_model(TINY_MODEL), get_quant(quant))
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(want)
+    shards = sorted(p.name for p in ckpt.glob("*.safetensors"))
+    assert shards == sorted(set(index["weight_map"].values())) and len(shards) > 1
+    total = 0
+    for shard in shards:
+        with safe_open(str(ckpt / shard), framework="pt") as h:
+            assert {k for k, v in index["weight_map"].items() if v == shard} == set(h.keys())
+            for name in h.keys():
+                sl = h.get_slice(name)
+                assert (tuple(sl.get_shape()), _DT[sl.get_dtype()]) == (want[name].shape, want[name].dtype), name
+                total += math.prod(sl.get_shape()) * want[name].dtype.itemsize
+    assert index["metadata"]["total_size"] == total
+    assert not any(n.startswith("model.visual.") for n in want)
+    assert "mtp.fc.weight" in want and "lm_head.weight" in want
+    CheckpointReader(ckpt).validate()
+
+
+def test_nvfp4_configs(tiny_checkpoint):
+    ckpt = tiny_checkpoint("nvfp4")
+    qc = json.loads((ckpt / "config.json").read_text())["quantization_config"]
+    legacy = json.loads((ckpt / "hf_quant_config.json").read_text())["quantization"]
+    assert (qc["quant_method"], qc["quant_algo"], qc["group_size"]) == ("modelopt", "NVFP4", 16)
+    assert legacy["quant_algo"] == "NVFP4" and legacy["exclude_modules"] == qc["ignore"] and "lm_head" in qc["ignore"]
+    assert "quantization_config" not in json.loads((tiny_checkpoint("bf16") / "config.json").read_text())
+    assert not (tiny_checkpoint("bf16") / "hf_quant_config.json").exists()
+
+
+def test_full_size_layout_shapes_and_bytes():
+    model = get_model("qwen3.6-35b-a3b")
+    bf16, fp4 = expected_tensors(model, get_quant("bf16")), expected_tensors(model, get_quant("nvfp4"))
+    p = "model.language_model.layers."
+    assert bf16[p + "3.self_attn.q_proj.weight"].shape == (8192, 2048)
+    assert bf16[p + "0.linear_attn.in_proj_qkv.weight"].shape == (8192, 2048)
+    assert bf16[p + "0.linear_attn.conv1d.weight"].shape == (8192, 1, 4)
+    assert bf16[p + "0.mlp.experts.gate_up_proj"].shape == (256, 1024, 2048)
+    assert bf16[p + "0.mlp.experts.down_proj"].shape == (256, 2048, 512)
+    assert fp4[p + "39.mlp.experts.255.down_proj.weight"].shape == (2048, 256)
+    assert fp4[p + "39.mlp.experts.255.down_proj.weight_scale"].shape == (2048, 32)
+    nbytes = lambda d: sum(math.prod(s.shape) * s.dtype.itemsize for s in d.values()) / 1e9  # noqa: E731
+    assert 69 < nbytes(bf16) < 73 and 23 < nbytes(fp4) < 26
+
+
+def test_reader_get_linear_and_experts(tiny_checkpoint):
+    t = get_model(TINY_MODEL).text
+    e, i, h = t["num_experts"], t["moe_intermediate_size"], t["hidden_size"]
+    bf, fp = CheckpointReader(tiny_checkpoint("bf16")), CheckpointReader(tiny_checkpoint("nvfp4"))
+    assert (bf.quant, bf.convention, fp.quant, fp.convention) == ("bf16", None, "nvfp4", "modelopt")
+    assert bf.get("embed_tokens.weight").shape == (t["vocab_size"], h) and bf.get("lm_head.weight").dtype == torch.bfloat16
+    lin = fp.get_linear("layers.1.mlp.shared_expert.gate_proj")
+    assert isinstance(lin, NvFp4Linear) and lin.shape == (t["shared_expert_intermediate_size"], h)
+    dense = bf.get_linear("layers.1.mlp.shared_expert.gate_proj").weight.float()
+    assert (lin.dense() - dense).norm() / dense.norm() < 0.15  # NVFP4 = quantize(the bf16 weight)
+    assert torch.equal(fp.get_linear("layers.3.self_attn.q_proj").weight, bf.get_linear("layers.3.self_attn.q_proj").weight)
+    ex_bf, ex_fp = bf.get_experts(2), fp.get_experts(2)
+    assert ex_bf.gate_up.shape == (e, 2 * i, h) and ex_bf.down.shape == (e, h, i)
+    assert len(ex_fp.gate) == len(ex_fp.up) == len(ex_fp.down) == e
+    ratios = torch.stack([u.weight_scale_2 / g.weight_scale_2 for g, u in zip(ex_fp.gate, ex_fp.up)])
+    assert (ratios > 1.3).all()  # up drawn 2x wider: its own global scale
+    gate_up, down = ex_fp.fused_dense()
+    assert torch.equal(gate_up[5, i:], dequantize(ex_fp.up[5].weight, ex_fp.up[5].weight_scale, ex_fp.up[5].weight_scale_2))
+    assert (gate_up - ex_bf.gate_up.float()).norm() / ex_bf.gate_up.float().norm() < 0.15
+    assert (down - ex_bf.down.float()).norm() / ex_bf.down.float().norm() < 0.15
+    with pytest.raises(CheckpointError, match="layers.99.mlp.gate.weight"):
+        bf.get("layers.99.mlp.gate.weight")
+
+
+def test_weights_have_real_scale_and_skewed_router(tiny_checkpoint):
+    r = CheckpointReader(tiny_checkpoint("bf16"))
+    norm = r.get("layers.0.input_layernorm.weight").float()
+    assert (norm != 0).all() and 0.03 < norm.std() < 0.3
+    a_log = r.get("layers.0.linear_attn.A_log").float()
+    assert ((a_log >= 0) & (a_log <= math.log(16) + 1e-2)).all()
+    row_norms = r.get("layers.0.mlp.gate.weight").float().norm(dim=1)
+    assert row_norms.max() / row_norms.min() > 2.0
+
+
+def test_writer_is_seeded_by_name(tmp_path):
+    model, quant = get_model(TINY_MODEL), get_quant("bf16")
+    a = CheckpointReader(write_checkpoint(model, quant, tmp_path / "a", 7, progress=False, shard_bytes=10**9))
+    b = CheckpointReader(write_checkpoint(model, quant, tmp_path / "b", 7, progress=False))
+    c = CheckpointReader(write_checkpoint(model, quant, tmp_path / "c", 8, progress=False))
+    assert len(list((tmp_path / "a").glob("*.safetensors"))) == 1
+    for name in ("layers.4.linear_attn.in_proj_qkv.weight", "layers.0.mlp.experts.gate_up_proj"):
+        assert torch.equal(a.get(name), b.get(name)) and not torch.equal(a.get(name), c.get(name))
+
+
+def test_refuses_non_empty_folder_unless_forced(tmp_path):
+    (tmp_path / "note.txt").write_text("keep")
+    model, quant = get_model(TINY_MODEL), get_quant("bf16")
+    with pytest.raises(CheckpointError, match="--force"):
+        write_checkpoint(model, quant, tmp_path, 0, progress=False)
+    write_checkpoint(model, quant, tmp_path, 0, progress=False, force=True)
+    assert (tmp_path / "note.txt").read_text() == "keep" and (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize("how, name", [
+    ("missing", "model.language_model.layers.0.input_layernorm.weight"),
+    ("extra", "model.language_model.layers.0.mlp.bogus.weight"),
+    ("shape", "model.language_model.layers.0.input_layernorm.weight"),
+])
+def test_validate_names_the_bad_tensor(tiny_checkpoint, tmp_path, how, name):
+    ckpt = _copy(tiny_checkpoint("bf16"), tmp_path / "ck")
+
+    def edit(t):
+        if how == "missing":
+            del t[name]
+        elif how == "extra":
+            t[name] = torch.randn(4, 4)
+        else:
+            t[name] = torch.randn(t[name].shape[0] + 16).to(torch.bfloat16)
+
+    _edit(ckpt, edit)
+    with pytest.raises(CheckpointError, match=f"{how if how != 'shape' else 'mis-shaped'}.*{name.removeprefix('model.language_model.')}"):
+        CheckpointReader(ckpt).validate()
+
+
+def test_compressed_tensors_convention_reads_as_modelopt(tmp_path, tiny_checkpoint):
+    model = get_model(TINY_MODEL)
+    ct = CheckpointReader(write_checkpoint(model, get_quant("nvfp4"), tmp_path, TINY_SEED, progress=False, convention="compressed-tensors"))
+    mo = CheckpointReader(tiny_checkpoint("nvfp4"))
+    assert ct.convention == "compressed-tensors" and ct.has("layers.0.mlp.experts.3.up_proj.weight_global_scale")
+    ct.validate()
+    for module in ("layers.0.mlp.experts.3.up_proj", "layers.5.mlp.shared_expert.down_proj"):
+        a, b = ct.get_linear(module), mo.get_linear(module)
+        assert torch.equal(a.weight, b.weight) and torch.equal(a.weight_scale.view(torch.uint8), b.weight_scale.view(torch.uint8))
+        torch.testing.assert_close(a.weight_scale_2, b.weight_scale_2, rtol=1e-6, atol=0)
+    sa, sb = ct.hf_state_dict(torch.float32), mo.hf_state_dict(torch.float32)
+    for k in sb:
+        torch.testing.assert_close(sa[k], sb[k], rtol=1e-5, atol=0)
+
+
+def test_cli_writes_and_refuses(tmp_path):
+    from typer.testing import CliRunner
+
+    from metainfer.cli import app
+
+    args = ["checkpoint", "--model", TINY_MODEL, "--quant", "nvfp4", "--out", str(tmp_path), "--seed", "3"]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert CheckpointReader(tmp_path).quant == "nvfp4"
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code != 0 and "--force" in str(again.exception)
+
+
+def test_transformers_loads_the_bf16_checkpoint(tiny_checkpoint, tmp_path):
+    from transformers import Qwen3_5MoeForCausalLM
+
+    ckpt = tiny_checkpoint("bf16")
+    hf = Qwen3_5MoeForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16)
+    ours = CheckpointReader(ckpt).hf_state_dict(torch.bfloat16)
+    theirs = hf.state_dict()
+    assert set(theirs) == set(ours)
+    for k, v in ours.items():
+        assert torch.equal(theirs[k], v), k
+    # and the reader reads what transformers itself saves (text-only names, prefix ``model.``)
+    hf.save_pretrained(tmp_path)
+    back = CheckpointReader(tmp_path)
+    back.validate()
+    again = back.hf_state_dict(torch.bfloat16)
+    assert all(torch.equal(again[k], v) for k, v in ours.items())
+    ids = torch.tensor([[1, 5, 9, 300, 2]])
+    logits = hf(ids).logits.float()
+    assert torch.isfinite(logits).all() and logits.std() > 0.1
