@@ -28,7 +28,7 @@ import anthropic
 
 from metainfer.agents.anthropic_api import RetryPolicy, create_with_retries, usage_tokens
 from metainfer.agents.base import AgentError, Proposal, ProposalContext
-from metainfer.agents.gate_tools import GateTools
+from metainfer.agents.gate_tools import GateTools, agent_seed, checkpoint_for
 from metainfer.agents.limits import Limits, Meter, price_for
 from metainfer.agents.prompts import budget_lines, render_prompts, write_prompts
 from metainfer.agents.tools import LOOP_TOOL_SPECS, ToolBox, ToolError, check_input
@@ -87,10 +87,8 @@ class AnthropicAgent:
             AgentError: the API refused the request or kept failing past the retries.
         """
         meter = Meter(self.limits, self.price, ctx.budget_usd_left, ctx.deadline, model=self.model)
-        checkpoint = self.checkpoint or getattr(ctx, "checkpoint", None)
-        gate = GateTools(ctx.worktree, ctx.engine_dir, Path(checkpoint) if checkpoint else None, ctx.target.gpu.name,
-                         seed=ctx.seed, scale="cpu" if ctx.target.gpu.name == "cpu" else None,
-                         out_dir=ctx.record_dir / "agent-gate", **self.gate_opts)
+        gate = GateTools(ctx.worktree, ctx.engine_dir, checkpoint_for(ctx, self.checkpoint), ctx.target.gpu.name,
+                         seed=agent_seed(ctx), out_dir=ctx.record_dir / "agent-gate", **self.gate_opts)
         box = ToolBox(ctx.engine_dir, gate.as_tools())
         prompts = render_prompts(ctx, loop_tools=True, gate_tools=True, budget=budget_lines(
             ctx, max_usd=self.limits.max_usd, max_turns=self.limits.max_turns, time_limit_s=self.limits.time_limit_s))

@@ -68,6 +68,7 @@ class GateTools:
         timeout_s: seconds before the gate's process group is killed.
         rounds: ``--rounds`` of the quick bench.
         scale: ``--scale`` (``cpu`` or ``full``), None to leave the gate's default.
+        workloads: ``--workloads`` of the quick bench (comma list), None for the gate's default.
         cmd: the gate command without arguments.
         out_dir: where gate JSONs and logs go (the iteration's record dir).
     """
@@ -80,6 +81,7 @@ class GateTools:
     timeout_s: float = 1800.0
     rounds: int = 2
     scale: str | None = None
+    workloads: str | None = "decode-bs1"
     cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "harness.gate"])
     out_dir: Path | None = None
     calls: int = 0
@@ -116,6 +118,8 @@ class GateTools:
                 "--stages", ",".join(stages), "--seed", str(self.seed), "--json", str(json_out)]
         if baseline is not None:
             argv += ["--baseline", str(baseline), "--rounds", str(self.rounds)]
+        if "bench" in stages and self.workloads:
+            argv += ["--workloads", self.workloads]
         if self.scale:
             argv += ["--scale", self.scale]
         with open(out_dir / f"{tag}.log", "w+") as log:
@@ -154,6 +158,22 @@ class GateTools:
         for k in ("worktree", "engine_dir", "checkpoint", "out_dir"):
             data[k] = Path(data[k]) if data.get(k) else None
         return cls(**data)
+
+
+def checkpoint_for(ctx: Any, explicit: Path | str | None) -> Path | None:
+    """The checkpoint the agent's gate tools load: ``explicit`` (an agent option), else a ``checkpoint``
+    attribute of the context, else the ``checkpoint`` of the run's ``run.json`` (the record dir's parent);
+    None when none is known."""
+    found = explicit or getattr(ctx, "checkpoint", None)
+    run_json = Path(ctx.record_dir).parent / "run.json"
+    if not found and run_json.is_file():
+        found = json.loads(run_json.read_text()).get("checkpoint")
+    return Path(found) if found else None
+
+
+def agent_seed(ctx: Any) -> int:
+    """Seed of the agent's own gate runs: derived from the run seed and iteration, never the judge's own inputs."""
+    return 1_000_003 * (int(ctx.seed) + 1) + int(ctx.iteration)
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
