@@ -1,0 +1,181 @@
+"""The gate's bench stage: baseline and candidate engines timed A/B in one process.
+
+Method (docs/BENCHMARKS.md): load both engines (``harness.engine_loader.import_engine``,
+each under its own module name), warm each on every selected workload, then run ``rounds``
+rounds; in each round every workload is measured on both engines back to back with the same
+freshly drawn prompts, the order alternating from round to round (AB, BA, AB, ...) so slow
+drift charges both alike. Each figure states its roofline fraction (``harness.roofline``).
+Statistics and the objective are in ``harness.stats``.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness import roofline, stats
+from harness.engine_loader import import_engine
+from harness.workloads import CPU_SHAPES, FULL_SHAPES, WORKLOADS, EngineRunner, Runner, Shapes, Workload, measure
+from metainfer.targets import GpuProfile, get_quant
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What the bench stage runs.
+
+    Attributes:
+        workloads: names from ``harness.workloads.WORKLOADS``, in order.
+        rounds: A/B rounds (samples per engine per workload), at least 1; 5+ for a usable noise bar.
+        seed: seeds the prompts (round r, workload w draw from ``seed*1000 + 10*r + w``).
+        shapes: ``FULL_SHAPES`` on a GPU, ``CPU_SHAPES`` scaled down.
+        device: ``"cuda"`` or ``"cpu"``.
+        gpu: the GPU profile for roofline figures.
+    """
+
+    workloads: list[str]
+    rounds: int
+    seed: int
+    shapes: Shapes
+    device: str
+    gpu: GpuProfile
+    warmup: int = 1
+
+
+def shapes_for(scale: str) -> Shapes:
+    """``"full"`` -> 256/256/32; ``"cpu"`` -> the scaled CPU shapes.
+
+    Raises:
+        ValueError: another name.
+    """
+    if scale not in ("full", "cpu"):
+        raise ValueError(f"--scale must be cpu or full, got {scale!r}")
+    return FULL_SHAPES if scale == "full" else CPU_SHAPES
+
+
+def model_facts(checkpoint_dir: str | Path) -> tuple[dict, str]:
+    """(text_config dict, quant name) of a checkpoint, through ``metainfer.checkpoint.CheckpointReader``."""
+    from metainfer.checkpoint import CheckpointReader
+
+    reader = CheckpointReader(checkpoint_dir)
+    return reader.text_config, reader.quant
+
+
+def roofline_figure(workload: Workload, text: dict, quant: str, gpu: GpuProfile, shapes: Shapes) -> float:
+    """The roofline value of ``workload`` in its own unit: ms for ``ttft``, tok/s for the others.
+
+    Decode figures are taken at the mean context of the generated span, P + N/2.
+    """
+    q = get_quant(quant)
+    ctx = shapes.prompt + shapes.output // 2
+    if workload.name == "ttft":
+        return roofline.ttft_ms(text, q, gpu, shapes.prompt)
+    batch = 1 if workload.name == "decode-bs1" else shapes.streams
+    return roofline.decode_tok_s(text, q, gpu, batch, ctx)
+
+
+def fraction(workload: Workload, measured: float, roof: float) -> float:
+    """Fraction of roofline reached: measured/roofline for throughput, roofline/measured for latency."""
+    return measured / roof if workload.higher_is_better else roof / measured
+
+
+def summary(samples: list[float]) -> dict:
+    """``{"median", "spread", "samples"}`` of one engine's samples (spread = (max − min)/median)."""
+    import statistics
+
+    return {"median": statistics.median(samples), "spread": stats.spread(samples), "samples": samples}
+
+
+def load_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig, vocab: int) -> EngineRunner:
+    """Import and load one engine for benchmarking (cache sized for the workload shapes)."""
+    module = import_engine(engine_dir)
+    s = config.shapes
+    engine = module.load(str(checkpoint_dir), device=config.device, max_batch=max(s.streams, 1) + 1,
+                         max_seq_len=s.prompt + s.output + 8)
+    return EngineRunner(name, module, engine, vocab)
+
+
+@dataclass
+class BenchResult:
+    """The bench section of the gate JSON (``data``) and ``ok``: the stage measured cleanly.
+
+    Whether the candidate is better is ``data["objective"]["beats_baseline"]``, the build
+    loop's decision; an engine that is merely not faster is a green bench stage.
+    """
+
+    data: dict = field(default_factory=dict)
+    ok: bool = True
+
+
+def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig,
+              baseline_dir: str | Path | None = None) -> BenchResult:
+    """Benchmark the candidate (A/B against ``baseline_dir`` when given) on the selected workloads.
+
+    Returns:
+        ``BenchResult`` whose ``data`` is the gate's ``bench`` JSON: ``scaled_down``, ``shapes``,
+        ``rounds``, ``workloads`` (per workload unit, direction, ``candidate``/``baseline``
+        summaries, ``ratio``, ``noise``, ``roofline``, ``roofline_fraction``), ``objective``.
+        Without a baseline, ``baseline``/``ratio``/``objective`` are None.
+
+    Raises:
+        ValueError: rounds < 1 or an unknown workload.
+        harness.workloads.BenchError: an engine broke a workload's rules.
+    """
+    if config.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {config.rounds}")
+    workloads = [WORKLOADS[w] if w in WORKLOADS else _unknown(w) for w in config.workloads]
+    text, quant = model_facts(checkpoint_dir)
+    vocab = text["vocab_size"]
+    runners: list[Runner] = [load_runner("candidate", candidate_dir, checkpoint_dir, config, vocab)]
+    if baseline_dir is not None:
+        runners.append(load_runner("baseline", baseline_dir, checkpoint_dir, config, vocab))
+    for r in runners:
+        for i in range(config.warmup):
+            for w in workloads:
+                measure(w, r, config.shapes, seed=-1 - i)
+    samples = {r.name: {w.name: [] for w in workloads} for r in runners}
+    for rnd in range(config.rounds):
+        order = runners if rnd % 2 == 0 else runners[::-1]
+        for wi, w in enumerate(workloads):
+            seed = config.seed * 1000 + 10 * rnd + wi
+            for r in order:
+                samples[r.name][w.name].append(measure(w, r, config.shapes, seed))
+    del runners
+    gc.collect()
+    if config.device == "cuda":
+        torch.cuda.empty_cache()
+    return summarize(samples, workloads, text, quant, config)
+
+
+def _unknown(name: str) -> Workload:
+    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+
+
+def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Workload], text: dict, quant: str,
+              config: BenchConfig) -> BenchResult:
+    """Turn raw samples (``{"candidate": {workload: [...]}, "baseline": ...}``) into the bench JSON and verdict."""
+    out: dict = {"scaled_down": config.shapes.scaled_down, "shapes": config.shapes.to_dict(), "rounds": config.rounds,
+                 "seed": config.seed, "gpu_profile": config.gpu.name, "quant": quant,
+                 "spread_definition": "(max - min) / median of the samples",
+                 "noise_definition": "half relative range of per-round paired ratios; objective: RMS over workloads",
+                 "workloads": {}, "objective": None}
+    compared: dict[str, stats.WorkloadAB] = {}
+    for w in workloads:
+        cand = samples["candidate"][w.name]
+        roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
+        entry = {"unit": w.unit, "higher_is_better": w.higher_is_better, "candidate": summary(cand),
+                 "baseline": None, "ratio": None, "noise": None, "roofline": roof,
+                 "roofline_fraction": fraction(w, summary(cand)["median"], roof)}
+        if "baseline" in samples:
+            ab = stats.compare(cand, samples["baseline"][w.name], w.higher_is_better)
+            compared[w.name] = ab
+            entry |= {"baseline": summary(samples["baseline"][w.name]), "ratio": ab.ratio, "noise": ab.noise,
+                      "ratios": ab.ratios, "baseline_roofline_fraction": fraction(w, summary(samples["baseline"][w.name])["median"], roof)}
+        out["workloads"][w.name] = entry
+    if not compared:
+        return BenchResult(out, True)
+    obj = stats.objective(compared)
+    out["objective"] = obj.to_dict()
+    return BenchResult(out, True)

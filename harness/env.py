@@ -1,0 +1,69 @@
+"""The environment line every gate and benchmark result carries: GPU, driver, torch, triton, commit.
+
+DESIGN.md ("Gate result", "Benchmark workloads") asks that every figure names the GPU and
+the commit it was measured on; this module gathers them without failing when a piece is
+absent (no GPU, no git, no triton): the missing entry is ``None``.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    """stdout of ``cmd`` stripped, or None when the tool is missing or fails (a missing tool is a fact to record, not an error)."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit(path: str | Path) -> str | None:
+    """The commit checked out where ``path`` lives, with ``+dirty`` when files under ``path`` differ from it; None outside git."""
+    path = Path(path).resolve()
+    cwd = path if path.is_dir() else path.parent
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=cwd)
+    if sha is None:
+        return None
+    dirty = _run(["git", "status", "--porcelain", "--", "."], cwd=cwd)
+    return f"{sha}+dirty" if dirty else sha
+
+
+def env_info(engine_dir: str | Path | None = None) -> dict[str, str | None]:
+    """The environment line: ``{"gpu", "driver", "torch", "triton", "cuda", "python", "commit", "harness_commit"}``.
+
+    ``gpu`` is ``torch.cuda.get_device_name(0)`` or ``cpu (<machine>)``; ``driver`` comes from
+    ``nvidia-smi``; ``commit`` is the git commit of ``engine_dir`` (the engine measured),
+    ``harness_commit`` that of this harness. Values that cannot be found are None.
+    """
+    import torch
+
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        driver = driver.splitlines()[0] if driver else None
+    else:
+        gpu, driver = f"cpu ({platform.machine()}, {platform.processor() or 'unknown'})", None
+    harness_dir = Path(__file__).resolve().parent
+    return {
+        "gpu": gpu,
+        "driver": driver,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "commit": git_commit(engine_dir) if engine_dir is not None else None,
+        "harness_commit": git_commit(harness_dir),
+    }

@@ -1,0 +1,150 @@
+"""The three benchmark workloads (DESIGN.md, "Benchmark workloads") and how one sample is timed.
+
+| name | what | figure |
+|---|---|---|
+| ``ttft`` | one request, P-token prompt, 1 output token | ms (lower is better) |
+| ``decode-bs1`` | one request, P-token prompt, N output tokens | (N − 1) / (t_N − t_1) tok/s |
+| ``conc32`` | S concurrent requests, P in / N out, closed loop | S·N / t aggregate tok/s |
+
+Full shapes: P = 256, N = 256, S = 32. On the CPU they run scaled down (``CPU_SHAPES``) and
+the result says so. Prompts are random token ids drawn per sample from a seeded generator
+(the same prompts for both engines of an A/B round); outputs are forced to full length
+(``ignore_eos=True``, greedy) and their lengths checked, so an engine cannot look fast by
+stopping early. ``decode-bs1`` times two requests with different prompts (1 output token,
+then N) so a prefix cache cannot turn the second prefill into a free one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Workload shapes: ``prompt`` tokens P, ``output`` tokens N, concurrent ``streams`` S; ``scaled_down`` on the CPU."""
+
+    prompt: int = 256
+    output: int = 256
+    streams: int = 32
+    scaled_down: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON form recorded beside every figure."""
+        return asdict(self)
+
+
+FULL_SHAPES = Shapes()
+CPU_SHAPES = Shapes(prompt=32, output=16, streams=4, scaled_down=True)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: its ``name``, figure ``unit`` and direction."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    what: str
+
+
+WORKLOADS: dict[str, Workload] = {
+    "ttft": Workload("ttft", "ms", False, "one request, P-token prompt, 1 output token: median time to first token"),
+    "decode-bs1": Workload("decode-bs1", "tok/s", True, "one request, P-token prompt, N output tokens: (N-1)/(t_N - t_1)"),
+    "conc32": Workload("conc32", "tok/s", True, "S concurrent requests, P in / N out, closed loop: aggregate output tok/s"),
+}
+
+
+class BenchError(RuntimeError):
+    """A runner broke a workload's rules (wrong output count or length, token ids out of range)."""
+
+
+class Runner(Protocol):
+    """What a workload drives: our engine or a peer (HF, vLLM)."""
+
+    name: str
+    vocab_size: int
+    device: torch.device
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Greedy, EOS ignored: exactly ``max_tokens`` output ids per prompt."""
+
+
+def parse_workloads(names: str | list[str]) -> list[Workload]:
+    """``"ttft,decode-bs1"`` -> workloads, in the given order.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones) or an empty list.
+    """
+    items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    if not items:
+        raise ValueError(f"no workloads selected; choose from {', '.join(WORKLOADS)}")
+    unknown = [n for n in items if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
+    return [WORKLOADS[n] for n in items]
+
+
+def draw_prompts(seed: int, count: int, length: int, vocab_size: int) -> list[list[int]]:
+    """``count`` prompts of ``length`` random token ids in [0, vocab_size), from ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab_size) for _ in range(length)] for _ in range(count)]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
+    """Seconds for one ``generate`` call, synchronised on CUDA; checks the outputs."""
+    _sync(runner.device)
+    t0 = time.perf_counter()
+    out = runner.generate(prompts, max_tokens)
+    _sync(runner.device)
+    dt = time.perf_counter() - t0
+    if len(out) != len(prompts) or any(len(o) != max_tokens for o in out):
+        lens = [len(o) for o in out]
+        raise BenchError(f"{runner.name}: asked for {len(prompts)} x {max_tokens} tokens (ignore_eos), got lengths {lens[:8]}")
+    if any(not 0 <= t < runner.vocab_size for o in out for t in o):
+        raise BenchError(f"{runner.name}: output token ids outside [0, {runner.vocab_size})")
+    return dt
+
+
+def measure(workload: Workload, runner: Runner, shapes: Shapes, seed: int) -> float:
+    """One sample of ``workload`` on ``runner``: ms for ``ttft``, tok/s for the others.
+
+    Raises:
+        BenchError: the runner returned the wrong number or length of outputs, or
+            ``decode-bs1`` measured t_N <= t_1 (a broken or cheating engine).
+    """
+    p, n, s, v = shapes.prompt, shapes.output, shapes.streams, runner.vocab_size
+    if workload.name == "ttft":
+        return 1e3 * _timed(runner, draw_prompts(seed, 1, p, v), 1)
+    if workload.name == "decode-bs1":
+        first, full = draw_prompts(seed, 2, p, v)
+        t1 = _timed(runner, [first], 1)
+        tn = _timed(runner, [full], n)
+        if tn <= t1:
+            raise BenchError(f"{runner.name}: {n} tokens took {tn:.4f}s, not more than 1 token ({t1:.4f}s)")
+        return (n - 1) / (tn - t1)
+    if workload.name == "conc32":
+        return s * n / _timed(runner, draw_prompts(seed, s, p, v), n)
+    raise ValueError(f"unknown workload {workload.name!r}; known: {', '.join(WORKLOADS)}")
+
+
+class EngineRunner:
+    """Our engine behind the ``Runner`` protocol: ``generate`` with ``SamplingParams(max_tokens, temperature=0, ignore_eos=True)``."""
+
+    def __init__(self, name: str, module, engine, vocab_size: int) -> None:
+        self.name, self.module, self.engine, self.vocab_size = name, module, engine, vocab_size
+        self.device = torch.device(engine.device)
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Greedy generation of exactly ``max_tokens`` ids per prompt through the engine's public API."""
+        params = self.module.SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        return self.engine.generate(prompts, params)
