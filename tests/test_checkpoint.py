@@ -206,3 +206,12 @@ def test_transformers_loads_the_bf16_checkpoint(tiny_checkpoint, tmp_path):
     ids = torch.tensor([[1, 5, 9, 300, 2]])
     logits = hf(ids).logits.float()
     assert torch.isfinite(logits).all() and logits.std() > 0.1
+
+
+def test_qwen35_keeps_gdn_a_log_and_norm_in_fp32(tmp_path):
+    r = CheckpointReader(write_checkpoint(get_model("qwen3.5-35b-a3b-tiny"), get_quant("bf16"), tmp_path, 0, progress=False))
+    r.validate()
+    assert r.get("layers.0.linear_attn.A_log").dtype == torch.float32
+    assert r.get("layers.0.linear_attn.norm.weight").dtype == torch.float32
+    assert r.get("layers.0.linear_attn.dt_bias").dtype == torch.bfloat16
+    assert r.config["text_config"]["bos_token_id"] is None

@@ -8,10 +8,12 @@ Module shapes come from transformers ``modeling_qwen3_5_moe.py``. The vision tow
 (``model.visual.*``) is NOT part of this layout: the text engine and ``Qwen3_5MoeForCausalLM``
 never read it, and the reader ignores it.
 
-Dtypes: every dense weight is bf16 (the checkpoints' ``dtype: bfloat16``), including
-``A_log``, ``dt_bias`` and the norms; whether the published files keep ``A_log`` in fp32
-could not be confirmed here, and the reader accepts either (it checks shapes, and dtypes
-only for the NVFP4 pieces).
+Dtypes: every dense weight is bf16 (the checkpoints' ``dtype: bfloat16``), except that the
+Qwen3.5 series stores the GDN ``linear_attn.A_log`` and ``linear_attn.norm.weight`` in fp32
+while Qwen3.6 stores them bf16 (vLLM PR #51836, ms-swift PR #9972: Qwen3.5-0.8B holds exactly
+those two suffixes in F32; sglang PR #19961). ``expected_tensors`` follows that by model name
+(``qwen3.5*``). The reader accepts any float dtype for dense weights and checks dtypes
+exactly only for the NVFP4 pieces.
 
 NVFP4 pieces (``metainfer.formats.nvfp4``): routed experts stored unfused, one module per
 expert and projection (``mlp.experts.<e>.gate_proj`` ...), as ModelOpt exports them; the
@@ -58,9 +60,10 @@ class Param:
     name: str
     shape: tuple[int, ...]
     kind: str
+    dtype: torch.dtype = torch.bfloat16
 
 
-def _layer_params(pre: str, t: dict, kind: str) -> Iterator[Param]:
+def _layer_params(pre: str, t: dict, kind: str, gdn_fp32: bool = False) -> Iterator[Param]:
     h = t["hidden_size"]
     yield Param(f"{pre}input_layernorm.weight", (h,), "norm")
     if kind == "linear_attention":
@@ -74,8 +77,9 @@ def _layer_params(pre: str, t: dict, kind: str) -> Iterator[Param]:
         yield Param(f"{a}in_proj_a.weight", (nv, h), "linear")
         yield Param(f"{a}conv1d.weight", (2 * kd + vd, 1, t["linear_conv_kernel_dim"]), "conv")
         yield Param(f"{a}dt_bias", (nv,), "dt_bias")
-        yield Param(f"{a}A_log", (nv,), "a_log")
-        yield Param(f"{a}norm.weight", (t["linear_value_head_dim"],), "gated_norm")
+        gdn_dtype = torch.float32 if gdn_fp32 else torch.bfloat16
+        yield Param(f"{a}A_log", (nv,), "a_log", gdn_dtype)
+        yield Param(f"{a}norm.weight", (t["linear_value_head_dim"],), "gated_norm", gdn_dtype)
         yield Param(f"{a}out_proj.weight", (h, vd), "linear")
     elif kind == "full_attention":
         hd, nq, nkv = t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
@@ -98,17 +102,23 @@ def _layer_params(pre: str, t: dict, kind: str) -> Iterator[Param]:
     yield Param(f"{pre}mlp.shared_expert_gate.weight", (1, h), "linear")
 
 
-def model_params(text: dict, *, mtp: bool = True) -> list[Param]:
+def gdn_fp32(model: ModelSpec) -> bool:
+    """True for the Qwen3.5 series, whose checkpoints keep GDN ``A_log`` and ``norm.weight`` in fp32."""
+    return model.name.startswith("qwen3.5")
+
+
+def model_params(text: dict, *, mtp: bool = True, gdn_fp32: bool = False) -> list[Param]:
     """Every dense parameter of the text model (+ MTP head), in checkpoint order.
 
     Args:
         text: the ``text_config`` dict.
         mtp: include the ``mtp.*`` head (``mtp_num_hidden_layers`` layers, 0 if absent).
+        gdn_fp32: GDN ``A_log`` and ``norm.weight`` stored fp32 (Qwen3.5 series), else bf16.
     """
     h, v = text["hidden_size"], text["vocab_size"]
     out = [Param("embed_tokens.weight", (v, h), "embed")]
     for i, kind in enumerate(text["layer_types"]):
-        out += _layer_params(f"layers.{i}.", text, kind)
+        out += _layer_params(f"layers.{i}.", text, kind, gdn_fp32)
     out.append(Param("norm.weight", (h,), "norm"))
     out.append(Param("lm_head.weight", (v, h), "linear"))
     n_mtp = text.get("mtp_num_hidden_layers", 0) if mtp else 0
@@ -173,7 +183,7 @@ def param_tensors(
     if p.kind != "experts":
         if p.name.endswith(".weight") and len(p.shape) == 2 and is_quantized_module(quant, p.name[:-7]):
             return nvfp4_tensors(p.name[:-7], *p.shape, convention)
-        return {p.name: TensorSpec(p.shape, bf16)}
+        return {p.name: TensorSpec(p.shape, p.dtype)}
     e, i, h = p.shape
     quantized = is_quantized_module(quant, f"{p.name}.0.gate_proj")
     fused = (not quantized) if fused_experts is None else fused_experts
@@ -209,7 +219,7 @@ def expected_tensors(
         mtp: include the ``mtp.*`` head.
     """
     out: dict[str, TensorSpec] = {}
-    for p in model_params(model.text, mtp=mtp):
+    for p in model_params(model.text, mtp=mtp, gdn_fp32=gdn_fp32(model)):
         for name, spec in param_tensors(p, quant, convention=convention, fused_experts=fused_experts).items():
             out[stored_name(name, prefix)] = spec
     return out

@@ -26,6 +26,7 @@ class ShardWriter:
         self._pending: dict[str, torch.Tensor] = {}
         self._pending_bytes = 0
         self._shards: list[list[str]] = []
+        self._names: set[str] = set()
         self.total_bytes = 0
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
@@ -34,8 +35,9 @@ class ShardWriter:
         Raises:
             ValueError: the name was already written.
         """
-        if name in self._pending or any(name in s for s in self._shards[-1:]):
+        if name in self._names:
             raise ValueError(f"tensor {name!r} written twice")
+        self._names.add(name)
         nbytes = tensor.numel() * tensor.element_size()
         if self._pending and self._pending_bytes + nbytes > self.max_bytes:
             self._flush()

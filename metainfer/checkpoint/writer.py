@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from metainfer.checkpoint.init import init_dense, init_expert
 from metainfer.checkpoint.layout import (
-    TEXT_PREFIX, Param, is_quantized_module, model_params, param_tensors, stored_name,
+    TEXT_PREFIX, Param, gdn_fp32, is_quantized_module, model_params, param_tensors, stored_name,
 )
 from metainfer.checkpoint.shards import INDEX, ShardWriter
 from metainfer.errors import CheckpointError
@@ -84,8 +84,8 @@ def materialize(p: Param, quant: QuantSpec, seed: int, convention: str = "modelo
     layout = param_tensors(p, quant, convention=convention)
     if p.kind != "experts":
         dense = init_dense(p.name, p.shape, p.kind, seed).to(torch.bfloat16)
-        if p.name in layout and layout[p.name].dtype == torch.bfloat16:
-            yield p.name, dense
+        if p.name in layout and layout[p.name].dtype != torch.uint8:
+            yield p.name, dense.to(layout[p.name].dtype)
         else:
             yield from _nvfp4(p.name[: -len(".weight")], dense, convention)
         return
@@ -153,7 +153,7 @@ def write_checkpoint(
     """
     out = Path(out)
     _prepare(out, force)
-    params = model_params(model.text)
+    params = model_params(model.text, gdn_fp32=gdn_fp32(model))
     shard_bytes = shard_bytes or (TINY_SHARD_BYTES if model.tiny else FULL_SHARD_BYTES)
     total = sum(
         math.prod(s.shape) * s.dtype.itemsize for p in params for s in param_tensors(p, quant, convention=convention).values()
