@@ -120,6 +120,8 @@ class _Visitor(ast.NodeVisitor):
         name = self.dotted(node.func)
         if name is not None:
             self._check_call(node, name)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in WRITE_METHODS:
+            self.add(node, "file-write", f"calls .{node.func.attr}(): an engine writes, moves or deletes no files")
         self.generic_visit(node)
 
     def _check_call(self, node: ast.Call, name: str) -> None:
@@ -137,8 +139,6 @@ class _Visitor(ast.NodeVisitor):
             self.add(node, "file-write", f"calls {name}: an engine writes no files")
         elif name == "open" and self._open_writes(node):
             self.add(node, "file-write", "opens a file for writing: an engine writes no files")
-        if isinstance(node.func, ast.Attribute) and node.func.attr in WRITE_METHODS:
-            self.add(node, "file-write", f"calls .{node.func.attr}(): an engine writes, moves or deletes no files")
         if name in ("os.path.dirname",) and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with nested os.path.dirname(__file__)")
 

@@ -1,0 +1,17 @@
+"""Returns the same logits whatever the input (a trivial output that a loose check might pass)."""
+
+from pathlib import Path
+
+from . import WRAP_ENGINE, append
+
+DESCRIPTION = "prefill/decode return constant logits of the right shape and dtype"
+STAGE = "parity"
+REASON = ""  # the parity stage's own wording; the test checks it is red with a non-empty error
+
+
+def apply(engine_dir: Path) -> None:
+    """Wrap load() so every logits tensor becomes a constant."""
+    append(engine_dir, "engine/__init__.py", '''
+def _fake(logits):
+    return torch.full_like(logits, 0.5)
+''' + WRAP_ENGINE)
