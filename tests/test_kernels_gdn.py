@@ -1,0 +1,154 @@
+"""Gated DeltaNet kernels (recurrent step, conv1d update) and the prefill references: Triton against
+the reference, references against HF's functions and a float64 loop, chunked prefill against the
+recurrent step at every split point."""
+
+from __future__ import annotations
+
+from test_kernels_common import DEVICE, TOL_BF16, TOL_FP32, gpu, load_kernels, needs_cuda, rel_err  # noqa: I001
+
+import pytest
+import torch
+from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as hf
+
+
+def _gdn_inputs(b, hk, hv, dk, dv, n_slots, seed, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hk, dk, generator=g).bfloat16()
+    k = torch.randn(b, hk, dk, generator=g).bfloat16()
+    v = torch.randn(b, hv, dv, generator=g).bfloat16()
+    gate = -torch.rand(b, hv, generator=g) * 2  # log decay ≤ 0
+    beta = torch.rand(b, hv, generator=g)
+    state = torch.full((n_slots, hv, dk, dv), float("nan"))  # rows not in slots must stay untouched
+    slots = torch.randperm(n_slots, generator=g)[:b].to(torch.int32)
+    state[slots.long()] = torch.randn(b, hv, dk, dv, generator=g) * 0.5
+    return [t.to(device) for t in (q, k, v, gate, beta, state, slots)]
+
+
+@pytest.mark.parametrize("b,hk,hv,dk,dv,block_v", [(1, 1, 2, 16, 16, 16), (3, 2, 4, 48, 24, 16), (2, 2, 2, 32, 40, 32)])
+def test_gdn_step_kernel_matches_reference(b, hk, hv, dk, dv, block_v):
+    k = load_kernels()
+    q, kk, v, g, beta, state, slots = _gdn_inputs(b, hk, hv, dk, dv, n_slots=b + 2, seed=b * dk)
+    state_ref = state.clone()
+    o = k.gdn_recurrent_step(q, kk, v, g, beta, state, slots, block_v=block_v)
+    o_ref = k.reference.gdn_recurrent_step_ref(q, kk, v, g, beta, state_ref, slots)
+    assert rel_err(o, o_ref) < TOL_BF16
+    used = slots.long()
+    assert rel_err(state[used], state_ref[used]) < TOL_FP32
+    unused = torch.ones(state.shape[0], dtype=torch.bool, device=state.device)
+    unused[used] = False
+    assert torch.isnan(state[unused]).all()
+
+
+def test_gdn_step_reference_matches_hf_and_float64():
+    k = load_kernels()
+    q, kk, v, g, beta, state, slots = _gdn_inputs(2, 2, 4, 16, 8, n_slots=3, seed=1, device="cpu")
+    s0 = state[slots.long()].clone()
+    o = k.reference.gdn_recurrent_step_ref(q, kk, v, g, beta, state, slots)
+    o_hf, s_hf = hf.torch_recurrent_gated_delta_rule(
+        q[:, None], kk[:, None], v[:, None], g[:, None], beta[:, None],
+        initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True,
+    )
+    assert rel_err(o, o_hf[:, 0]) < TOL_BF16
+    assert rel_err(state[slots.long()], s_hf) < TOL_FP32
+    # float64, written per head with explicit matrices: S ← S e^g; S ← S + k βᵀ(v − Sᵀk); o = Sᵀq
+    for i in range(2):
+        for h in range(4):
+            qh, kh = q[i, h // 2].double(), kk[i, h // 2].double()
+            qh, kh = qh / torch.sqrt(qh @ qh + 1e-6) / 4.0, kh / torch.sqrt(kh @ kh + 1e-6)
+            s = s0[i, h].double() * torch.exp(g[i, h].double())
+            s = s + torch.outer(kh, beta[i, h].double() * (v[i, h].double() - s.T @ kh))
+            assert rel_err(state[slots[i], h], s) < TOL_FP32
+            assert rel_err(o[i, h], s.T @ qh) < TOL_BF16
+
+
+@pytest.mark.parametrize("b,c,width,block_c", [(1, 40, 4, 16), (3, 64, 4, 32), (2, 24, 2, 16)])
+def test_conv1d_update_kernel_matches_reference(b, c, width, block_c):
+    k = load_kernels()
+    gen = torch.Generator().manual_seed(c + b)
+    x = torch.randn(b, c, generator=gen).bfloat16().to(DEVICE)
+    weight = torch.randn(c, width, generator=gen).to(DEVICE)
+    state = torch.full((b + 2, c, width - 1), float("nan")).bfloat16()
+    slots = torch.randperm(b + 2, generator=gen)[:b].to(torch.int32)
+    state[slots.long()] = torch.randn(b, c, width - 1, generator=gen).bfloat16()
+    state, slots = state.to(DEVICE), slots.to(DEVICE)
+    state_ref = state.clone()
+    y = k.causal_conv1d_update(x, state, weight, slots, block_c=block_c)
+    y_ref = k.reference.causal_conv1d_update_ref(x, state_ref, weight, slots)
+    assert rel_err(y, y_ref) < TOL_BF16
+    assert torch.equal(state.isnan(), state_ref.isnan())  # rows outside slots untouched (NaN)
+    used = slots.long()
+    assert torch.equal(state[used], state_ref[used])
+    assert torch.equal(state[used, :, -1], x)
+
+
+def test_conv1d_references_match_hf():
+    k = load_kernels()
+    gen = torch.Generator().manual_seed(2)
+    c, width, t = 12, 4, 7
+    x = torch.randn(t, c, generator=gen)
+    weight = torch.randn(c, width, generator=gen)
+    # prefill from a zero state is HF causal_conv1d_fn; fp32 so HF computes in fp32 too
+    state = torch.zeros(2, c, width - 1)
+    y = k.causal_conv1d_prefill(x, state, weight, torch.tensor([0, t]), torch.tensor([1]))
+    y_hf = hf.causal_conv1d_fn(x.T[None], weight, None, activation="silu")[0].T
+    assert rel_err(y, y_hf) < TOL_FP32
+    assert torch.equal(state[1], x[-(width - 1):].T) and torch.equal(state[0], torch.zeros(c, width - 1))
+    # one more token is HF causal_conv1d_update on that state
+    x1 = torch.randn(1, c, generator=gen)
+    hf_state = state[1:2].clone()
+    y1 = k.reference.causal_conv1d_update_ref(x1, state, weight, torch.tensor([1]))
+    y1_hf = hf.causal_conv1d_update(x1[..., None], hf_state, weight, None, activation="silu")[..., 0]
+    assert rel_err(y1, y1_hf) < TOL_FP32
+    assert torch.equal(state[1:2], hf_state)
+
+
+def test_chunk_prefill_agrees_with_recurrent_steps_and_hf():
+    """Sequences of 1, 5 and 19 tokens from random initial states, chunk 4 (crosses chunk borders)."""
+    k = load_kernels()
+    gen = torch.Generator().manual_seed(3)
+    hk, hv, dk, dv, lens = 1, 2, 16, 8, [1, 5, 19]
+    t = sum(lens)
+    q, kk = (torch.randn(t, hk, dk, generator=gen).bfloat16() for _ in range(2))
+    v = torch.randn(t, hv, dv, generator=gen).bfloat16()
+    g = -torch.rand(t, hv, generator=gen)
+    beta = torch.rand(t, hv, generator=gen)
+    state = torch.randn(4, hv, dk, dv, generator=gen) * 0.3
+    s0 = state.clone()
+    cu = torch.tensor([0, 1, 6, 25])
+    slots = torch.tensor([2, 0, 3])
+    o = k.gdn_chunk_prefill(q, kk, v, g, beta, state, cu, slots, chunk_size=4)
+    s_step = s0.clone()
+    for i, slot in enumerate(slots.tolist()):
+        for p in range(cu[i], cu[i + 1]):
+            o_p = k.reference.gdn_recurrent_step_ref(
+                q[p : p + 1], kk[p : p + 1], v[p : p + 1], g[p : p + 1], beta[p : p + 1], s_step, torch.tensor([slot])
+            )
+            assert rel_err(o[p : p + 1], o_p) < TOL_BF16
+    assert rel_err(state, s_step) < TOL_FP32
+    a, b = 6, 25  # the third sequence against HF's own chunked function
+    o_hf, s_hf = hf.torch_chunk_gated_delta_rule(
+        q[None, a:b], kk[None, a:b], v[None, a:b], g[None, a:b], beta[None, a:b], chunk_size=4,
+        initial_state=s0[3:4], output_final_state=True, use_qk_l2norm_in_kernel=True,
+    )
+    assert rel_err(o[a:b], o_hf[0]) < TOL_BF16
+    assert rel_err(state[3], s_hf[0]) < TOL_FP32
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("b", [1, 64])
+def test_gdn_decode_real_shapes_cuda(b):
+    k = load_kernels()
+    q, kk, v, g, beta, state, slots = _gdn_inputs(b, 16, 32, 128, 128, n_slots=b + 8, seed=b, device="cuda")
+    state_ref = state.clone()
+    o = k.gdn_recurrent_step(q, kk, v, g, beta, state, slots)
+    o_ref = k.reference.gdn_recurrent_step_ref(q, kk, v, g, beta, state_ref, slots)
+    assert rel_err(o, o_ref) < TOL_BF16
+    assert rel_err(state[slots.long()], state_ref[slots.long()]) < TOL_FP32
+    x = torch.randn(b, 8192, device="cuda").bfloat16()
+    w = torch.randn(8192, 4, device="cuda").bfloat16()
+    cs = torch.randn(b + 8, 8192, 3, device="cuda").bfloat16()
+    cs_ref = cs.clone()
+    y = k.causal_conv1d_update(x, cs, w, slots)
+    assert rel_err(y, k.reference.causal_conv1d_update_ref(x, cs_ref, w, slots)) < TOL_BF16
+    assert torch.equal(cs, cs_ref)
