@@ -179,6 +179,7 @@ def test_cost_overrun_raises_budget_exceeded_with_the_spend(tmp_path, server):
     with pytest.raises(BudgetExceeded, match="USD limit") as err:
         agent_for(srv, max_usd=1.0).propose(ctx)
     assert err.value.cost_usd == pytest.approx(1.5) and err.value.tokens["input"] == 400_000
+    assert err.value.transcript["end"] == "BudgetExceeded" and len(err.value.transcript["messages"]) == 4
     t = transcript(ctx)
     assert t["end"] == "BudgetExceeded" and t["cost_usd"] == pytest.approx(1.5) and t["changed_files"] == []
     assert len(srv.requests) == 2  # the edit asked for in the over-budget reply was not run

@@ -79,6 +79,7 @@ def test_write_outside_the_engine_is_an_agent_error_naming_the_path(tmp_path, cl
     with pytest.raises(AgentError, match=r"outside the engine folder: harness/gate\.py") as err:
         get_agent("claude-code").propose(ctx)
     assert not isinstance(err.value, BudgetExceeded) and err.value.cost_usd == pytest.approx(0.0421)
+    assert err.value.transcript["outside_changes"] == ["harness/gate.py"]
     t = json.loads((ctx.record_dir / "transcript.json").read_text())
     assert t["outside_changes"] == ["harness/gate.py"] and t["changed_files"] == ["engine/moe.py"]
 

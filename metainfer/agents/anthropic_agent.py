@@ -83,7 +83,8 @@ class AnthropicAgent:
         """Run one iteration's tool-use loop on ``ctx.engine_dir``; see the module docstring.
 
         Raises:
-            BudgetExceeded: turns, tokens, USD or time ran out (``.cost_usd``/``.tokens`` attached).
+            BudgetExceeded: turns, tokens, USD or time ran out.
+            Both carry ``.cost_usd``, ``.tokens`` and ``.transcript`` (what was spent and said so far).
             AgentError: the API refused the request or kept failing past the retries.
         """
         meter = Meter(self.limits, self.price, ctx.budget_usd_left, ctx.deadline, model=self.model)
@@ -122,7 +123,7 @@ class AnthropicAgent:
                 _write_transcript(ctx.record_dir, {**t, "turns": meter.turns, "cost_usd": meter.cost_usd})
         except AgentError as err:  # BudgetExceeded included: book the spend, then let the loop decide
             t["end"], t["error"] = type(err).__name__, str(err)
-            err.cost_usd, err.tokens = meter.cost_usd, dict(meter.tokens)  # type: ignore[attr-defined]
+            err.cost_usd, err.tokens, err.transcript = meter.cost_usd, dict(meter.tokens), t  # type: ignore[attr-defined]
             raise
         finally:
             t.update(turns=meter.turns, tokens=dict(meter.tokens), cost_usd=round(meter.cost_usd, 6),

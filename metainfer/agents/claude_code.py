@@ -85,7 +85,8 @@ class ClaudeCodeAgent:
             AgentError: the CLI exited non-zero, printed no JSON, reported an error, ran past the
                 per-iteration time limit (killed), or changed files outside the engine folder.
             BudgetExceeded: the run's USD or time was already spent, the CLI stopped at its USD or
-                turn limit, or the run's deadline killed it (``.cost_usd``/``.tokens`` attached).
+                turn limit, or the run's deadline killed it.
+            Both carry ``.cost_usd``, ``.tokens`` and ``.transcript`` where the CLI ran.
         """
         usd = min([c for c in (self.limits.max_usd, ctx.budget_usd_left) if c is not None], default=None)
         if usd is not None and usd <= 0:
@@ -154,7 +155,7 @@ class ClaudeCodeAgent:
         """Raise the error this run deserves, with the spend attached; return when it succeeded."""
         def fail(cls: type[AgentError], msg: str) -> None:
             e = cls(msg)
-            e.cost_usd, e.tokens = cost, tokens  # type: ignore[attr-defined]
+            e.cost_usd, e.tokens, e.transcript = cost, tokens, t  # type: ignore[attr-defined]
             raise e
 
         if t["outside_changes"]:

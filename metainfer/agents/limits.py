@@ -3,7 +3,7 @@
 A ``Meter`` counts what one ``propose`` call has spent; ``Limits`` says how much it may
 spend. Crossing any limit raises ``BudgetExceeded`` (the run stops at this iteration
 boundary, see ``metainfer.agents.base``). The exception carries what was spent so far as
-attributes ``cost_usd`` and ``tokens``, so the loop can still book it.
+attributes ``cost_usd`` and ``tokens`` (the agents add ``transcript``), so the loop can still book it.
 
 Prices are data (``pricing.json`` beside this file, USD per million tokens, with the date
 they were read); a model missing from the table is an error when a USD limit is set,
