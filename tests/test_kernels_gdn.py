@@ -44,8 +44,10 @@ def test_gdn_step_reference_matches_hf_and_float64():
     q, kk, v, g, beta, state, slots = _gdn_inputs(2, 2, 4, 16, 8, n_slots=3, seed=1, device="cpu")
     s0 = state[slots.long()].clone()
     o = k.reference.gdn_recurrent_step_ref(q, kk, v, g, beta, state, slots)
+    # qk heads repeated for HF here: transformers before 5.24 expects HK = HV in this function
+    qr, kr = q.repeat_interleave(2, dim=1), kk.repeat_interleave(2, dim=1)
     o_hf, s_hf = hf.torch_recurrent_gated_delta_rule(
-        q[:, None], kk[:, None], v[:, None], g[:, None], beta[:, None],
+        qr[:, None], kr[:, None], v[:, None], g[:, None], beta[:, None],
         initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True,
     )
     assert rel_err(o, o_hf[:, 0]) < TOL_BF16
@@ -126,8 +128,9 @@ def test_chunk_prefill_agrees_with_recurrent_steps_and_hf():
             assert rel_err(o[p : p + 1], o_p) < TOL_BF16
     assert rel_err(state, s_step) < TOL_FP32
     a, b = 6, 25  # the third sequence against HF's own chunked function
+    qr, kr = q.repeat_interleave(hv // hk, dim=1), kk.repeat_interleave(hv // hk, dim=1)  # HK = HV for old HF
     o_hf, s_hf = hf.torch_chunk_gated_delta_rule(
-        q[None, a:b], kk[None, a:b], v[None, a:b], g[None, a:b], beta[None, a:b], chunk_size=4,
+        qr[None, a:b], kr[None, a:b], v[None, a:b], g[None, a:b], beta[None, a:b], chunk_size=4,
         initial_state=s0[3:4], output_final_state=True, use_qk_l2norm_in_kernel=True,
     )
     assert rel_err(o[a:b], o_hf[0]) < TOL_BF16

@@ -17,6 +17,7 @@ Shapes and formats: see README.md beside this file.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 
@@ -59,6 +60,7 @@ def _use_triton(t: torch.Tensor) -> bool:
     return BACKEND == "triton" or t.is_cuda
 
 
+@functools.cache
 def _triton(module: str, name: str):
     # imported on first use so CPU-only runs never compile or import the kernel modules
     return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -23,7 +23,7 @@ INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1"
 POISON_ALLOCATIONS = False
 
 #: ``e2m1_scaled`` returns the E2M1 value times 2^-14; multiply by this (folded into the block scale).
-E2M1_UNSCALE = 16384.0
+E2M1_UNSCALE = tl.constexpr(16384.0)
 
 
 def new_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
