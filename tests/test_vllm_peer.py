@@ -208,3 +208,70 @@ def test_summarize_median_spread_and_nan():
     assert math.isclose(s["median"], 230.75) and math.isclose(s["spread"], 30.0) and s["samples"][1] == 232.5
     with pytest.raises(ValueError, match="non-finite"):
         results.summarize([1.0, float("nan")], "ms", False)
+
+
+def test_probe_global_scales_counts_differing_gate_up_pairs(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from harness.peers.vllm.run_vllm import probe_global_scales
+
+    p = "model.language_model.layers.0.mlp."
+    t = {f"{p}experts.0.gate_proj.weight_scale_2": torch.tensor(0.5), f"{p}experts.0.up_proj.weight_scale_2": torch.tensor(0.5),
+         f"{p}experts.1.gate_proj.weight_scale_2": torch.tensor(0.25), f"{p}experts.1.up_proj.weight_scale_2": torch.tensor(0.75),
+         f"{p}shared_expert.gate_proj.weight_scale_2": torch.tensor(2.0), f"{p}shared_expert.up_proj.weight_scale_2": torch.tensor(1.0)}
+    save_file(t, str(tmp_path / "model.safetensors"))
+    assert probe_global_scales(tmp_path) == {"pairs_checked": 3, "pairs_differing": 2, "max_ratio": 3.0}
+    assert probe_global_scales(tmp_path, limit=1)["pairs_checked"] == 1
+    (tmp_path / "model.safetensors").unlink()
+    assert probe_global_scales(tmp_path) == {"pairs_checked": 0, "pairs_differing": 0, "max_ratio": 1.0}
+
+
+_FAKE_VLLM = '''
+"""Stand-in for the third-party vllm package: the offline API surface run_vllm.py uses, timed by sleeping."""
+import json, os, time
+__version__ = "0.25.1-fake"
+class SamplingParams:
+    def __init__(self, *, max_tokens, ignore_eos, temperature, detokenize):
+        assert ignore_eos is True and temperature == 0.0 and detokenize is False
+        self.max_tokens = max_tokens
+class _Out:
+    def __init__(self, ids): self.token_ids = ids
+class _Req:
+    def __init__(self, ids): self.outputs = [_Out(ids)]
+class LLM:
+    def __init__(self, **kw):
+        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+        json.dump(kw, open(os.environ["FAKE_VLLM_KWARGS"], "w"))
+    def generate(self, reqs, sp, use_tqdm=True):
+        time.sleep(0.004 + 0.0002 * sp.max_tokens)
+        return [_Req([(sum(r["prompt_token_ids"]) + i) % 997 for i in range(sp.max_tokens)]) for r in reqs]
+'''
+
+
+@pytest.mark.slow  # a subprocess that imports torch: ~5 s idle, 25 s on a loaded 2-core machine
+def test_full_run_path_against_a_stand_in_vllm(full_config_dir, tmp_path):
+    fake = tmp_path / "fake" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(_FAKE_VLLM)
+    (fake / "inputs.py").write_text("def TokensPrompt(*, prompt_token_ids):\n    return {'prompt_token_ids': list(prompt_token_ids)}\n")
+    out, kw = tmp_path / "vllm.json", tmp_path / "kw.json"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "FAKE_VLLM_KWARGS": str(kw)}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    r = subprocess.run([sys.executable, str(PEER / "run_vllm.py"), "--checkpoint", str(full_config_dir), "--out", str(out),
+                        "--reps", "3", "--reps-long", "2", "--gpu-memory-utilization", "0.4"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["version"] == "0.25.1-fake" and res["error"] is None and res["startup_s"] >= 0
+    w = res["workloads"]
+    assert len(w["ttft"]["samples"]) == 3 and len(w["decode-bs1"]["samples"]) == 2 and len(w["conc32"]["samples"]) == 2
+    assert 4.0 < w["ttft"]["median"] < 200.0  # ms: one sleep of ~4.2 ms plus overhead
+    assert 0 < w["decode-bs1"]["median"] < 1 / 0.0002 * 1.01  # 255 tokens over >= 255 * 0.2 ms
+    assert w["conc32"]["median"] > w["decode-bs1"]["median"]  # 32 streams per sleep
+    assert all(math.isfinite(x) for v in w.values() for x in v["samples"])
+    g = res["greedy"]
+    assert g["max_tokens"] == 16 and [len(t) for t in g["tokens"]] == [16] * 4
+    assert g["tokens"][0] == [(sum(g["prompts"][0]) + i) % 997 for i in range(16)]
+    k = json.loads(kw.read_text())
+    assert k["language_model_only"] is True and k["gdn_prefill_backend"] == "triton" and k["skip_tokenizer_init"] is True
+    assert k["gpu_memory_utilization"] == 0.4 and k["max_model_len"] == 4096 and k["enable_prefix_caching"] is False

@@ -88,6 +88,42 @@ def read_config(checkpoint: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def probe_global_scales(checkpoint: Path, limit: int = 64) -> dict:
+    """Compare ``weight_scale_2`` of gate_proj and up_proj for up to ``limit`` modules (ModelOpt NVFP4).
+
+    vLLM 0.25.1 keeps one global scale per fused gate_up: the gate's for routed experts
+    (``ModelOptNvFp4FusedMoE.process_weights_after_loading``: ``w13_weight_scale_2[:, 0]``) and the
+    max for a fused linear such as the shared expert (``ModelOptNvFp4LinearMethod``). Real
+    ModelOpt exports share that scale; a checkpoint where they differ is computed differently
+    by vLLM, which shows in the greedy cross-check, not in the timings.
+    Returns ``{"pairs_checked", "pairs_differing", "max_ratio"}``; zeros for a checkpoint
+    without ``*.gate_proj.weight_scale_2`` (bf16, compressed-tensors).
+    """
+    from safetensors import safe_open
+
+    index = checkpoint / "model.safetensors.index.json"
+    names = json.loads(index.read_text())["weight_map"] if index.is_file() else {}
+    if not names and (checkpoint / "model.safetensors").is_file():
+        with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+            names = {k: "model.safetensors" for k in f.keys()}
+    gates = sorted(k for k in names if k.endswith(".gate_proj.weight_scale_2"))[:limit]
+    checked = differing = 0
+    worst = 1.0
+    for g in gates:
+        u = g.replace(".gate_proj.", ".up_proj.")
+        if u not in names:
+            continue
+        vals = []
+        for k in (g, u):
+            with safe_open(str(checkpoint / names[k]), "pt") as f:
+                vals.append(float(f.get_tensor(k).float()))
+        checked += 1
+        ratio = max(vals) / min(vals) if min(vals) > 0 else float("inf")
+        differing += ratio != 1.0
+        worst = max(worst, ratio)
+    return {"pairs_checked": checked, "pairs_differing": differing, "max_ratio": worst}
+
+
 def build_llm(s: PeerSettings):
     """Construct ``vllm.LLM`` in-process with the settings that worked on the H200 (module docstring)."""
     from vllm import LLM
@@ -158,6 +194,7 @@ def run(a: argparse.Namespace) -> dict:
     result["greedy"].update(max_tokens=greedy_n, prompts=greedy)
     plan = plan_prompts(a, high)
     result["env"] = {"python": platform.python_version(), "host": platform.node()}
+    result["checkpoint_probe"] = {"gate_up_global_scales": probe_global_scales(a.checkpoint)}
     write_result(a.out, result)
     if a.dry_run:
         return result
@@ -167,18 +204,20 @@ def run(a: argparse.Namespace) -> dict:
     import torch
     import vllm
 
-    result.update(version=vllm.__version__, gpu=torch.cuda.get_device_name(0))
+    result["version"] = vllm.__version__
     result["env"].update(torch=torch.__version__, cuda=torch.version.cuda)
     try:
         t0 = time.perf_counter()
         llm = build_llm(s)
         result["startup_s"] = time.perf_counter() - t0
+        # after the engine: CUDA is initialised by vLLM, not before it
+        result["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        result["greedy"]["tokens"] = timed_generate(llm, greedy, greedy_n)[1]  # first: cheap, and kept if time runs out
         write_result(a.out, result)
         for name, batches in plan.items():
             w = WORKLOADS[name]
             result["workloads"][name] = summarize(measure(llm, name, batches), w.unit, w.higher_is_better, w.method)
             write_result(a.out, result)
-        result["greedy"]["tokens"] = timed_generate(llm, greedy, greedy_n)[1]
     except BaseException as e:
         result["error"] = f"{type(e).__name__}: {e}"
         raise
