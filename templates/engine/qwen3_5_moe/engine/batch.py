@@ -24,7 +24,7 @@ class Batch:
         token_slots: int64 [T], the slot of each packed token.
         starts: tokens each sequence held before this forward (B ints).
         lens: new tokens of each sequence in this forward (B ints, each ≥ 1).
-        cu_seqlens: B+1 prefix sums of ``lens`` (python ints).
+        cu_seqlens: B+1 prefix sums of ``lens`` (python ints); ``cu_t`` the same, int64 [B+1] on device.
         decode: True when every sequence brings exactly one token and the step runs the
             recurrent (decode) forms of the ops.
     """
@@ -37,6 +37,7 @@ class Batch:
     starts: list[int]
     lens: list[int]
     cu_seqlens: list[int]
+    cu_t: torch.Tensor
     decode: bool
 
     @property
@@ -69,5 +70,6 @@ def make_batch(
         starts=list(starts),
         lens=lens,
         cu_seqlens=cu,
+        cu_t=torch.tensor(cu, dtype=torch.int64, device=device),
         decode=decode,
     )

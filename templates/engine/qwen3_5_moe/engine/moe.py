@@ -27,25 +27,25 @@ def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: 
     """Routed bf16 experts, one grouped GEMM pair per hit expert (HF ``Qwen3_5MoeExperts.forward`` order).
 
     x bf16 [T, H]; ids int64 [T, k]; weights fp32 [T, k]; ex.w13 bf16 [E, 2I, H], ex.w2 bf16 [E, H, I].
-    Accumulates the weighted expert outputs in fp32 and rounds once; returns bf16 [T, H].
+    Sums the weighted expert outputs of each token in fp32 and rounds once; returns bf16 [T, H].
     """
+    t, k = ids.shape
     inter = ex.w13.shape[1] // 2
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)  # token-slot pairs grouped by expert
+    order = torch.argsort(flat, stable=True)  # (token, j) pairs grouped by expert
     counts = torch.bincount(flat, minlength=ex.w13.shape[0]).tolist()
-    tok = order // ids.shape[1]
-    wts = weights.reshape(-1)[order]
+    pairs = torch.empty(t * k, x.shape[1], dtype=torch.float32, device=x.device)  # row t*k + j: expert j of token t
     start = 0
     for e, c in enumerate(counts):
         if c == 0:
             continue
-        rows, w = tok[start : start + c], wts[start : start + c]
+        sel = order[start : start + c]
         start += c
-        gu = F.linear(x[rows], ex.w13[e])  # [c, 2I]
+        gu = F.linear(x[sel // k], ex.w13[e])  # [c, 2I]
         h = F.silu(gu[:, :inter]) * gu[:, inter:]
-        y = F.linear(h, ex.w2[e])  # [c, H]
-        out.index_add_(0, rows, y.float() * w[:, None])
+        pairs[sel] = F.linear(h, ex.w2[e]).float()  # [c, H]
+    # the weighted sum over a token's k experts, in a fixed order whatever the batch
+    out = (pairs.view(t, k, -1) * weights.float().unsqueeze(-1)).sum(1)
     return out.to(x.dtype)
 
 
