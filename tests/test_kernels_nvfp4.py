@@ -58,7 +58,7 @@ def _routing(t, top_k, n_hit, seed):
     [
         (1, 40, 80, {}),  # GEMV, K not a multiple of the K block
         (3, 24, 48, {"gemv_max_m": 4}),  # GEMV with several rows
-        (3, 40, 80, {}),  # tl.dot, M < 16
+        (3, 40, 80, {"gemv_max_m": 0}),  # tl.dot, M < 16
         (17, 24, 48, {"block_m": 16}),
         (65, 40, 80, {"block_m": 32}),
     ],

@@ -19,12 +19,12 @@ def nvfp4_linear_triton(
     scale: torch.Tensor,
     gscale: torch.Tensor,
     *,
-    gemv_max_m: int = 2,
-    gemv_block_n: int = 16,
-    gemv_block_k: int = 256,
+    gemv_max_m: int = 4,
+    gemv_block_n: int = 8,
+    gemv_block_k: int = 1024,
     gemv_num_warps: int = 4,
     block_m: int = 64,
-    block_n: int = 64,
+    block_n: int = 32,
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 3,
@@ -48,8 +48,9 @@ def nvfp4_linear_triton(
             x, packed, scale, g, g, g, y,
             n_dim, k_dim,
             x.stride(0), 0, packed.stride(0), 0, scale.stride(0), 0, y.stride(0),
-            A_DIV=1, HAS_EXPERT=False, GATED=False, ROUTED=False, OUT_BF16=True,
-            BLOCK_N=gemv_block_n, BLOCK_K=gemv_block_k, num_warps=gemv_num_warps,
+            A_DIV=1, SUM_K=1, HAS_EXPERT=False, GATED=False, ROUTED=False, OUT_BF16=True,
+            BLOCK_N=gemv_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(k_dim))),
+            num_warps=gemv_num_warps,
         )
         return y
     block_m = max(16, min(block_m, triton.next_power_of_2(m_rows)))

@@ -2,8 +2,10 @@
 
 Token-expert pairs p = t*k + j (P = T*k of them) are the rows of both GEMMs:
 1. gate_up: ``h[p] = silu(x[t] @ Wg_e.T) * (x[t] @ Wu_e.T)``, bf16 [P, I] (silu·mul in the epilogue);
-2. down: ``y[p] = w[p] * (h[p] @ Wd_e.T)``, fp32 [P, H] (routing weight in the epilogue);
-3. ``out[t] = sum_j y[t*k + j]`` in fp32, cast to bf16 (fixed order: batch-invariant).
+2. down: ``y[p] = w[p] * (h[p] @ Wd_e.T)`` (routing weight in the epilogue);
+3. ``out[t] = sum_j y[t*k + j]`` in fp32, in a fixed order (batch-invariant), cast to bf16 once.
+   The GEMV path does this inside the down kernel (one program column per token); the
+   sorted path writes y as fp32 [P, H] and sums it with torch.
 
 T ≤ ``gemv_max_t`` (decode): the GEMV kernel with one program column per pair, reading only
 the weights of the experts hit (each pair's expert once). Larger T: pairs are sorted by
@@ -33,7 +35,8 @@ def moe_align(topk_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[tor
     n_pairs = flat.numel()
     n_blocks = triton.cdiv(n_pairs, block_m) + min(n_experts, n_pairs)
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=n_experts)  # [E]
+    # scatter_add, not bincount: bincount reads its output size back to the host (no CUDA graph)
+    counts = torch.zeros(n_experts, dtype=torch.int64, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     ends_padded = torch.cumsum(padded, 0)
     starts_padded = ends_padded - padded
@@ -59,12 +62,12 @@ def moe_nvfp4_triton(
     s2: torch.Tensor,
     g2: torch.Tensor,
     *,
-    gemv_max_t: int = 4,
+    gemv_max_t: int = 8,
     gemv_block_n: int = 16,
-    gemv_block_k: int = 256,
+    gemv_block_k: int = 512,
     gemv_num_warps: int = 4,
     block_m: int = 16,
-    block_n: int = 64,
+    block_n: int = 32,
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 3,
@@ -86,38 +89,40 @@ def moe_nvfp4_triton(
     g13, g2 = g13.contiguous(), g2.contiguous()
     tw = topk_weights.reshape(-1).to(torch.float32).contiguous()  # [P]
     h = new_empty((n_pairs, inter), x.dtype, x.device)  # silu(gate) * up
-    y = new_empty((n_pairs, hidden), torch.float32, x.device)  # weighted down outputs
     if t_count <= gemv_max_t:
         ids = topk_ids.reshape(-1).contiguous()
-        launch = dict(BLOCK_K=gemv_block_k, num_warps=gemv_num_warps)
+        launch = dict(BLOCK_N=gemv_block_n, num_warps=gemv_num_warps)
         nvfp4_gemv_kernel[(triton.cdiv(inter, gemv_block_n), n_pairs)](
             x, w13, s13, g13, ids, tw, h,
             inter, hidden,
             x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
-            A_DIV=top_k, HAS_EXPERT=True, GATED=True, ROUTED=False, OUT_BF16=True,
-            BLOCK_N=gemv_block_n, **launch,
+            A_DIV=top_k, SUM_K=1, HAS_EXPERT=True, GATED=True, ROUTED=False, OUT_BF16=True,
+            BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(hidden))), **launch,
         )
-        nvfp4_gemv_kernel[(triton.cdiv(hidden, gemv_block_n), n_pairs)](
-            h, w2, s2, g2, ids, tw, y,
+        # one program column per token sums its k weighted expert outputs: no [P, H] buffer
+        nvfp4_gemv_kernel[(triton.cdiv(hidden, gemv_block_n), t_count)](
+            h, w2, s2, g2, ids, tw, out,
             hidden, inter,
-            h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), y.stride(0),
-            A_DIV=1, HAS_EXPERT=True, GATED=False, ROUTED=True, OUT_BF16=False, BLOCK_N=gemv_block_n, **launch,
+            h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), out.stride(0),
+            A_DIV=1, SUM_K=top_k, HAS_EXPERT=True, GATED=False, ROUTED=True, OUT_BF16=True,
+            BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(inter))), **launch,
         )
-    else:
-        sorted_ids, block_expert = moe_align(topk_ids, n_exp, block_m)
-        n_blocks = block_expert.numel()
-        launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
-        nvfp4_gemm_kernel[(n_blocks, triton.cdiv(inter, block_n))](
-            x, w13, s13, g13, h, sorted_ids, block_expert, tw,
-            n_pairs, inter, hidden,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
-            A_DIV=top_k, SORTED=True, GATED=True, ROUTED=False, OUT_BF16=True, **launch,
-        )
-        nvfp4_gemm_kernel[(n_blocks, triton.cdiv(hidden, block_n))](
-            h, w2, s2, g2, y, sorted_ids, block_expert, tw,
-            n_pairs, hidden, inter,
-            h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), y.stride(0),
-            A_DIV=1, SORTED=True, GATED=False, ROUTED=True, OUT_BF16=False, **launch,
-        )
+        return out
+    y = new_empty((n_pairs, hidden), torch.float32, x.device)  # weighted down outputs
+    sorted_ids, block_expert = moe_align(topk_ids, n_exp, block_m)
+    n_blocks = block_expert.numel()
+    launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+    nvfp4_gemm_kernel[(n_blocks, triton.cdiv(inter, block_n))](
+        x, w13, s13, g13, h, sorted_ids, block_expert, tw,
+        n_pairs, inter, hidden,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
+        A_DIV=top_k, SORTED=True, GATED=True, ROUTED=False, OUT_BF16=True, **launch,
+    )
+    nvfp4_gemm_kernel[(n_blocks, triton.cdiv(hidden, block_n))](
+        h, w2, s2, g2, y, sorted_ids, block_expert, tw,
+        n_pairs, hidden, inter,
+        h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), y.stride(0),
+        A_DIV=1, SORTED=True, GATED=False, ROUTED=True, OUT_BF16=False, **launch,
+    )
     out.copy_(y.view(t_count, top_k, hidden).sum(1))  # fp32 sum in a fixed order, one rounding
     return out

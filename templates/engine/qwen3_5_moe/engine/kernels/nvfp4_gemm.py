@@ -50,33 +50,38 @@ def nvfp4_gemv_kernel(
     a_ptr, w_ptr, s_ptr, g_ptr, e_ptr, tw_ptr, c_ptr,
     N, K,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_ge, stride_cm,
-    A_DIV: tl.constexpr, HAS_EXPERT: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr,
-    OUT_BF16: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A_DIV: tl.constexpr, SUM_K: tl.constexpr, HAS_EXPERT: tl.constexpr, GATED: tl.constexpr,
+    ROUTED: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """Grid (cdiv(N, BLOCK_N), R): program (i, r) writes c[r, i*BLOCK_N : (i+1)*BLOCK_N].
 
-    Row r reads activation row r // A_DIV and expert e_ptr[r] (0 without HAS_EXPERT).
+    Output row r sums the SUM_K rows p = r*SUM_K + j (1: just p = r); row p reads activation
+    row p // A_DIV, expert e_ptr[p] (0 without HAS_EXPERT) and routing weight tw_ptr[p] (ROUTED).
     """
     i_n = tl.program_id(0)
     i_r = tl.program_id(1).to(tl.int64)
-    i_e = 0
-    if HAS_EXPERT:
-        i_e = tl.load(e_ptr + i_r).to(tl.int64)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
-    p_a = a_ptr + (i_r // A_DIV) * stride_am
-    p_w = w_ptr + i_e * stride_we + o_n.to(tl.int64)[:, None] * stride_wn
-    p_s = s_ptr + i_e * stride_se + o_n.to(tl.int64)[:, None] * stride_sn
-    b_acc = _gemv_rows(p_a, p_w, p_s, m_n, K, BLOCK_N, BLOCK_K) * tl.load(g_ptr + i_e * stride_ge)
-    if GATED:  # up rows follow the N gate rows, with their own global scale
-        b_up = _gemv_rows(p_a, p_w + N * stride_wn, p_s + N * stride_sn, m_n, K, BLOCK_N, BLOCK_K)
-        b_up = b_up * tl.load(g_ptr + i_e * stride_ge + 1)
-        b_acc = b_acc * tl.sigmoid(b_acc) * b_up
-    if ROUTED:
-        b_acc = b_acc * tl.load(tw_ptr + i_r).to(tl.float32)
+    b_out = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for j in range(SUM_K):  # fixed order: the same sum whatever the batch
+        i_p = i_r * SUM_K + j
+        i_e = 0
+        if HAS_EXPERT:
+            i_e = tl.load(e_ptr + i_p).to(tl.int64)
+        p_a = a_ptr + (i_p // A_DIV) * stride_am
+        p_w = w_ptr + i_e * stride_we + o_n.to(tl.int64)[:, None] * stride_wn
+        p_s = s_ptr + i_e * stride_se + o_n.to(tl.int64)[:, None] * stride_sn
+        b_acc = _gemv_rows(p_a, p_w, p_s, m_n, K, BLOCK_N, BLOCK_K) * tl.load(g_ptr + i_e * stride_ge)
+        if GATED:  # up rows follow the N gate rows, with their own global scale
+            b_up = _gemv_rows(p_a, p_w + N * stride_wn, p_s + N * stride_sn, m_n, K, BLOCK_N, BLOCK_K)
+            b_up = b_up * tl.load(g_ptr + i_e * stride_ge + 1)
+            b_acc = b_acc * tl.sigmoid(b_acc) * b_up
+        if ROUTED:
+            b_acc = b_acc * tl.load(tw_ptr + i_p).to(tl.float32)
+        b_out += b_acc
     if OUT_BF16:
-        b_acc = round_bf16(b_acc)
-    tl.store(c_ptr + i_r * stride_cm + o_n, b_acc.to(c_ptr.dtype.element_ty), mask=m_n)
+        b_out = round_bf16(b_out)
+    tl.store(c_ptr + i_r * stride_cm + o_n, b_out.to(c_ptr.dtype.element_ty), mask=m_n)
 
 
 @triton.jit
