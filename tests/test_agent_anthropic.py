@@ -211,3 +211,67 @@ def test_configuration_from_environment_and_unpriced_model(monkeypatch, server):
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with pytest.raises(Exception, match="ANTHROPIC_API_KEY"):
         get_agent("anthropic")
+
+
+
+def test_meter_token_limit_output_cap_and_prices():
+    from metainfer.agents.limits import Limits, Meter
+
+    m = Meter(Limits(max_turns=None, max_tokens=1000, max_usd=None, time_limit_s=None), price_for("claude-opus-4-8-20260601"))
+    assert m.price.input == 5.0 and price_for("claude-opus-4-1").output == 75.0 and price_for("gpt-5") is None
+    m.charge({"input": 600, "output": 100})
+    assert m.output_cap(16000) == 300 and m.cost_usd == pytest.approx((600 * 5 + 100 * 25) / 1e6)
+    with pytest.raises(BudgetExceeded, match="token limit reached: 1001 tokens > 1000") as err:
+        m.charge({"input": 301})
+    assert err.value.tokens["input"] == 901
+    with pytest.raises(ValueError, match="max_turns=0 must be positive"):
+        Limits(max_turns=0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("METAINFER_AGENT_E2E") != "1",
+                    reason="three gate runs with a CPU benchmark take minutes; set METAINFER_AGENT_E2E=1 to run")
+def test_build_drives_the_anthropic_agent_end_to_end(tmp_path):
+    """``metainfer build --agent anthropic`` in a clone, against the scripted two-iteration conversation:
+    iteration 1 (a tunable, with its own parity run) is gated on speed; iteration 2 (q-norm swapped) fails parity.
+    Opt-in: the baseline and iteration-1 gates each run an A/B CPU benchmark (minutes on 2 cores)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from metainfer import REPO_ROOT
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{REPO_ROOT}", str(repo)], check=True)
+    script = json.loads((Path(__file__).parent / "fakes" / "scripts" / "two_iterations.json").read_text())["replies"]
+    with MessagesServer(script, lifetime_s=3000) as srv:
+        env = {**os.environ, "ANTHROPIC_BASE_URL": srv.url, "ANTHROPIC_API_KEY": "fake",
+               "METAINFER_ANTHROPIC_MODEL": MODEL}
+        proc = subprocess.run([sys.executable, "-m", "metainfer.cli", "build", "--model", "qwen3.6-35b-a3b-tiny",
+                               "--quant", "nvfp4", "--gpu", "cpu", "--agent", "anthropic", "--iterations", "2",
+                               "--gate-timeout", "1200", "--rounds", "2", "--workloads", "decode-bs1"],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert srv.remaining == 0
+    (run,) = (repo / "runs").iterdir()
+    it1, it2 = (json.loads((run / f"iter-00{i}" / "report.json").read_text()) for i in (1, 2))
+    for i in (1, 2):
+        for name in ("system.md", "knowledge.md", "brief.md", "transcript.json", "candidate.diff"):
+            assert (run / f"iter-00{i}" / name).is_file(), (i, name)
+
+    assert it1["summary"] == "gdn_chunk_size 64 -> 32: less wasted intra-chunk work" and it1["expected_gain"] == "ttft -5%"
+    assert it1["changed_paths"] and all(p.endswith("engine/tunables.json") for p in it1["changed_paths"])
+    assert it1["cost_usd"] == pytest.approx((4620 * 3 + 370 * 15 + 6100 * 3.75 + 20720 * 0.3) / 1e6)
+    parity_result = json.loads(tool_results(srv.requests[2])[0]["content"])  # the agent's own run_parity
+    assert parity_result["ok"] is True and parity_result["parity"]["ok"] is True
+    assert list((run / "iter-001" / "agent-gate").glob("*.json"))
+
+    assert not it2["accepted"] and "parity" in it2["reason"].lower() and it2["expected_gain"] == "decode-bs1 +1%"
+    assert it2["summary"] == "Reused the k_norm weight for q."
+    target = "qwen3.6-35b-a3b-tiny-nvfp4-cpu"
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", f"metainfer/{target}"], capture_output=True,
+                         text=True, check=True).stdout
+    assert ("gdn_chunk_size 64 -> 32" in log) == it1["accepted"] and "k_norm" not in log
+    wt = repo / ".metainfer" / "worktrees" / target
+    assert "w.q_norm, dims.rms_norm_eps" in (wt / "generated" / target / "engine" / "attention.py").read_text()
+    assert ('"gdn_chunk_size": 32' in (wt / "generated" / target / "engine" / "tunables.json").read_text()) == it1["accepted"]

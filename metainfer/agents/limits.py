@@ -122,12 +122,6 @@ class Meter:
         ends = [e for e in (self.deadline, self.started + self.limits.time_limit_s if self.limits.time_limit_s else None) if e]
         return min(ends) - time.time() if ends else None
 
-    def run_deadline_binds(self) -> bool:
-        """True when the run's deadline (not the per-iteration time limit) is the nearer one."""
-        if self.deadline is None:
-            return False
-        return self.limits.time_limit_s is None or self.deadline <= self.started + self.limits.time_limit_s
-
     def before_turn(self) -> None:
         """Check turns and time before a model call.
 
