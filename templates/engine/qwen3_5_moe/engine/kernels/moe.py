@@ -65,7 +65,8 @@ def moe_nvfp4_triton(
     gemv_max_t: int = 8,
     gemv_block_n: int = 16,
     gemv_block_k: int = 512,
-    gemv_num_warps: int = 4,
+    gemv_down_block_n: int = 8,
+    gemv_num_warps: int = 8,
     block_m: int = 16,
     block_n: int = 32,
     block_k: int = 128,
@@ -91,21 +92,22 @@ def moe_nvfp4_triton(
     h = new_empty((n_pairs, inter), x.dtype, x.device)  # silu(gate) * up
     if t_count <= gemv_max_t:
         ids = topk_ids.reshape(-1).contiguous()
-        launch = dict(BLOCK_N=gemv_block_n, num_warps=gemv_num_warps)
         nvfp4_gemv_kernel[(triton.cdiv(inter, gemv_block_n), n_pairs)](
             x, w13, s13, g13, ids, tw, h,
             inter, hidden,
             x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
             A_DIV=top_k, SUM_K=1, HAS_EXPERT=True, GATED=True, ROUTED=False, OUT_BF16=True,
-            BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(hidden))), **launch,
+            BLOCK_N=gemv_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(hidden))),
+            num_warps=gemv_num_warps,
         )
         # one program column per token sums its k weighted expert outputs: no [P, H] buffer
-        nvfp4_gemv_kernel[(triton.cdiv(hidden, gemv_block_n), t_count)](
+        nvfp4_gemv_kernel[(triton.cdiv(hidden, gemv_down_block_n), t_count)](
             h, w2, s2, g2, ids, tw, out,
             hidden, inter,
             h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), out.stride(0),
             A_DIV=1, SUM_K=top_k, HAS_EXPERT=True, GATED=False, ROUTED=True, OUT_BF16=True,
-            BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(inter))), **launch,
+            BLOCK_N=gemv_down_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(inter))),
+            num_warps=gemv_num_warps,
         )
         return out
     y = new_empty((n_pairs, hidden), torch.float32, x.device)  # weighted down outputs
