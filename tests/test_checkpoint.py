@@ -215,3 +215,33 @@ def test_qwen35_keeps_gdn_a_log_and_norm_in_fp32(tmp_path):
     assert r.get("layers.0.linear_attn.norm.weight").dtype == torch.float32
     assert r.get("layers.0.linear_attn.dt_bias").dtype == torch.bfloat16
     assert r.config["text_config"]["bos_token_id"] is None
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_fp8_attention_of_a_mixed_checkpoint_reads_as_bf16(tiny_checkpoint, tmp_path, per_row):
+    ckpt = _copy(tiny_checkpoint("nvfp4"), tmp_path / "ck")
+    module = "model.language_model.layers.3.self_attn.o_proj"
+    original = CheckpointReader(ckpt).get_linear("layers.3.self_attn.o_proj").weight.float()
+
+    def to_fp8(t):
+        w = t.pop(f"{module}.weight", None)
+        if w is None:  # another shard: move it here
+            w = CheckpointReader(ckpt).get("layers.3.self_attn.o_proj.weight")
+        w = w.float()
+        scale = (w.abs().amax(dim=1, keepdim=True) if per_row else w.abs().max()) / 448
+        t[f"{module}.weight"] = (w / scale).to(torch.float8_e4m3fn)
+        t[f"{module}.weight_scale"] = scale
+        t[f"{module}.input_scale"] = torch.tensor(0.01)
+
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    owner = index["weight_map"][f"{module}.weight"]
+    tensors = load_file(ckpt / owner)
+    to_fp8(tensors)
+    save_file(tensors, ckpt / owner, metadata={"format": "pt"})
+    index["weight_map"].update({k: owner for k in tensors})
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = CheckpointReader(ckpt)
+    r.validate()
+    lin = r.get_linear("layers.3.self_attn.o_proj")
+    assert lin.weight.dtype == torch.bfloat16 and torch.isfinite(lin.weight.float()).all()
+    assert (lin.weight.float() - original).norm() / original.norm() < 0.06

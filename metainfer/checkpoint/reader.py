@@ -134,7 +134,9 @@ class CheckpointReader:
 
         bf16 (any float dtype on disk, cast to bf16) → ``Bf16Linear``; NVFP4 → ``NvFp4Linear``
         in the ModelOpt convention (compressed-tensors ``weight_global_scale`` becomes
-        ``weight_scale_2 = 1 / weight_global_scale`` here).
+        ``weight_scale_2 = 1 / weight_global_scale`` here); ModelOpt FP8 (e4m3 weight with a
+        per-tensor or per-row fp32 ``weight_scale``, as in the published mixed NVFP4
+        checkpoint's attention) → ``Bf16Linear`` of the dequantized weight.
 
         Raises:
             CheckpointError: no weight for that module.
@@ -150,7 +152,25 @@ class CheckpointReader:
         if weight.dtype == torch.uint8:
             inp = self.get(f"{module}.input_scale").reshape(()) if self.has(f"{module}.input_scale") else None
             return NvFp4Linear(weight, self.get(f"{module}.weight_scale"), self.get(f"{module}.weight_scale_2").float().reshape(()), inp)
+        if weight.dtype == torch.float8_e4m3fn:
+            return Bf16Linear(self._fp8_dense(module, weight))
         return Bf16Linear(weight.to(torch.bfloat16))
+
+    def _fp8_dense(self, module: str, weight: torch.Tensor) -> torch.Tensor:
+        """ModelOpt FP8 (the attention of the published mixed NVFP4 checkpoint): W = e4m3 * weight_scale
+        (fp32, per tensor [] or per output row [N, 1]), dequantized to bf16 once at load."""
+        if not self.has(f"{module}.weight_scale"):
+            raise CheckpointError(f"{self.path}: {module}.weight is float8_e4m3fn but has no weight_scale; the checkpoint is incomplete")
+        scale = self.get(f"{module}.weight_scale").float()
+        if scale.numel() == 1:
+            scale = scale.reshape(())
+        elif tuple(scale.shape) in ((weight.shape[0], 1), (weight.shape[0],)):
+            scale = scale.reshape(-1, 1)
+        else:
+            raise CheckpointError(
+                f"{self.path}: {module}.weight_scale has shape {list(scale.shape)}; only per-tensor or per-row FP8 scales are supported"
+            )
+        return (weight.float() * scale).to(torch.bfloat16)
 
     def get_experts(self, layer: int) -> ExpertWeights:
         """Routed experts of ``layer``: fused bf16 [E, 2I, H] / [E, H, I], or per-expert NVFP4 lists.

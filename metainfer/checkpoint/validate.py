@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,10 +18,16 @@ _MAX_LISTED = 40
 
 
 def _linear(reader: "CheckpointReader", module: str, n: int, k: int) -> dict[str, TensorSpec]:
-    """bf16 form, or the NVFP4 form if the checkpoint stores this module quantized."""
+    """bf16 form, the FP8 form (e4m3 weight + fp32 scales) or the NVFP4 form, as the checkpoint stores this module."""
+    if reader.has(f"{module}.weight") and _shape_dtype(reader, f"{module}.weight")[1] == "F8_E4M3":
+        return {f"{module}.weight": TensorSpec((n, k), torch.float8_e4m3fn), f"{module}.weight_scale": _FP8_SCALE,
+                f"{module}.input_scale": TensorSpec((), torch.float32)}
     if reader.has(f"{module}.weight_packed") or reader.has(f"{module}.weight_scale"):
         return nvfp4_tensors(module, n, k, reader.convention or "modelopt")
     return {f"{module}.weight": TensorSpec((n, k), torch.bfloat16)}
+
+
+_FP8_SCALE = TensorSpec((), torch.float32)  # per tensor; a per-row [N, 1] scale is accepted too
 
 
 def expected_layout(reader: "CheckpointReader") -> dict[str, TensorSpec]:
@@ -56,6 +63,10 @@ def _shape_dtype(reader: "CheckpointReader", name: str) -> tuple[tuple[int, ...]
     return tuple(sl.get_shape()), sl.get_dtype()
 
 
+def _rows(reader: "CheckpointReader", scale_name: str) -> int:
+    return _shape_dtype(reader, scale_name.rsplit(".", 1)[0] + ".weight")[0][0]
+
+
 _ST_DTYPES = {torch.uint8: "U8", torch.float8_e4m3fn: "F8_E4M3", torch.float32: "F32"}
 _FLOATS = ("BF16", "F16", "F32")
 
@@ -63,8 +74,9 @@ _FLOATS = ("BF16", "F16", "F32")
 def check_layout(reader: "CheckpointReader") -> None:
     """Raise ``CheckpointError`` listing every missing, extra, mis-shaped and mis-typed text tensor.
 
-    Dense weights may be any float dtype on disk (bf16, fp16, fp32); NVFP4 pieces must be
-    uint8 / float8_e4m3fn / fp32 exactly; a scalar scale may be stored as [] or [1].
+    Dense weights may be any float dtype on disk (bf16, fp16, fp32); NVFP4 and FP8 pieces must
+    be uint8 / float8_e4m3fn / fp32 exactly; a scalar scale may be stored as [] or [1], an FP8
+    weight_scale also per row ([N, 1]).
     """
     expected = expected_layout(reader)
     present = set(reader.names())
@@ -74,7 +86,8 @@ def check_layout(reader: "CheckpointReader") -> None:
     for name in sorted(present & set(expected)):
         shape, dtype = _shape_dtype(reader, name)
         want = expected[name]
-        if shape != want.shape and not (want.shape in ((), (1,)) and shape in ((), (1,))):
+        per_row_fp8 = want is _FP8_SCALE and len(shape) >= 1 and math.prod(shape) in (1, _rows(reader, name))
+        if shape != want.shape and not (want.shape in ((), (1,)) and shape in ((), (1,))) and not per_row_fp8:
             bad.append(f"{name}: shape {list(shape)}, expected {list(want.shape)}")
         wdt = _ST_DTYPES.get(want.dtype)
         if (wdt and dtype != wdt) or (wdt is None and dtype not in _FLOATS):

@@ -10,26 +10,22 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from tqdm import tqdm
 
-from metainfer.checkpoint.init import init_dense, init_expert
-from metainfer.checkpoint.layout import (
-    TEXT_PREFIX, Param, gdn_fp32, is_quantized_module, model_params, param_tensors, stored_name,
-)
+from metainfer.checkpoint.generate import GenContext, materialize
+from metainfer.checkpoint.layout import TEXT_PREFIX, gdn_fp32, model_params, param_tensors, stored_name
 from metainfer.checkpoint.shards import INDEX, ShardWriter
 from metainfer.errors import CheckpointError
-from metainfer.formats.nvfp4 import E2M1_MAX, E4M3_MAX, global_to_compressed_tensors, quantize
 from metainfer.targets.models import ModelSpec
 from metainfer.targets.quant import QuantSpec
 
 FULL_SHARD_BYTES = 4 * 10**9
 TINY_SHARD_BYTES = 2 * 2**20
-#: activation amax the synthetic ``input_scale`` stands for (only W4A4 kernels read it).
-INPUT_AMAX = 8.0
 
 
 def quantization_ignore(model: ModelSpec) -> list[str]:
@@ -62,54 +58,6 @@ def checkpoint_config(model: ModelSpec, quant: QuantSpec) -> tuple[dict, dict | 
     return config, legacy
 
 
-def _nvfp4(module: str, dense: torch.Tensor, convention: str) -> Iterator[tuple[str, torch.Tensor]]:
-    q = quantize(dense)
-    input_scale = torch.tensor(INPUT_AMAX / (E2M1_MAX * E4M3_MAX), dtype=torch.float32)
-    if convention == "modelopt":
-        yield from ((f"{module}.weight", q.weight), (f"{module}.weight_scale", q.weight_scale),
-                    (f"{module}.weight_scale_2", q.weight_scale_2), (f"{module}.input_scale", input_scale))
-    else:
-        yield from ((f"{module}.weight_packed", q.weight), (f"{module}.weight_scale", q.weight_scale),
-                    (f"{module}.weight_global_scale", global_to_compressed_tensors(q.weight_scale_2)),
-                    (f"{module}.input_global_scale", global_to_compressed_tensors(input_scale)))
-
-
-def materialize(p: Param, quant: QuantSpec, seed: int, convention: str = "modelopt") -> Iterator[tuple[str, torch.Tensor]]:
-    """Generate the stored tensors (canonical names) of one parameter, one at a time.
-
-    Dense weights are drawn in fp32 and rounded to bf16; an NVFP4 weight is
-    ``quantize(bf16 weight)``, so the bf16 and NVFP4 checkpoints of one seed agree.
-    Fused experts are filled expert by expert into one [E, 2I, H] / [E, H, I] bf16 tensor.
-    """
-    layout = param_tensors(p, quant, convention=convention)
-    if p.kind != "experts":
-        dense = init_dense(p.name, p.shape, p.kind, seed).to(torch.bfloat16)
-        if p.name in layout and layout[p.name].dtype != torch.uint8:
-            yield p.name, dense.to(layout[p.name].dtype)
-        else:
-            yield from _nvfp4(p.name[: -len(".weight")], dense, convention)
-        return
-    e, i, h = p.shape
-    if f"{p.name}.gate_up_proj" in layout:
-        gate_up = torch.empty(e, 2 * i, h, dtype=torch.bfloat16)  # [E, 2I, H], gate rows first
-        for x in range(e):
-            gate_up[x, :i] = init_expert(p.name, x, "gate_proj", (i, h), seed)
-            gate_up[x, i:] = init_expert(p.name, x, "up_proj", (i, h), seed)
-        yield f"{p.name}.gate_up_proj", gate_up
-        del gate_up
-        down = torch.empty(e, h, i, dtype=torch.bfloat16)  # [E, H, I]
-        for x in range(e):
-            down[x] = init_expert(p.name, x, "down_proj", (h, i), seed)
-        yield f"{p.name}.down_proj", down
-        return
-    quantized = is_quantized_module(quant, f"{p.name}.0.gate_proj")
-    for x in range(e):
-        for proj, shape in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
-            module = f"{p.name}.{x}.{proj}"
-            dense = init_expert(p.name, x, proj, shape, seed).to(torch.bfloat16)
-            yield from (_nvfp4(module, dense, convention) if quantized else [(f"{module}.weight", dense)])
-
-
 def _prepare(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"{out} exists and is not a folder; pick another --out")
@@ -131,6 +79,7 @@ def write_checkpoint(
     shard_bytes: int | None = None,
     convention: str = "modelopt",
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> Path:
     """Write a checkpoint of ``model`` in format ``quant`` with seeded random weights into ``out``.
 
@@ -146,6 +95,8 @@ def write_checkpoint(
         convention: ``modelopt`` (the format's files) or ``compressed-tensors`` (NVFP4 tensors
             named ``weight_packed``/``weight_global_scale`` and a compressed-tensors
             ``quantization_config``; for testing the reader on that convention).
+        device: where NVFP4 quantization runs; default CUDA when present, else CPU (same
+            bytes either way). Weights are always drawn on the CPU, experts in parallel threads.
     Returns:
         ``out``.
     Raises:
@@ -159,9 +110,14 @@ def write_checkpoint(
         math.prod(s.shape) * s.dtype.itemsize for p in params for s in param_tensors(p, quant, convention=convention).values()
     )
     writer = ShardWriter(out, shard_bytes)
-    with tqdm(total=total, unit="B", unit_scale=True, desc=f"{model.name} {quant.name}", disable=not progress) as bar:
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    workers = 1 if model.tiny else min(16, os.cpu_count() or 1)
+    with ThreadPoolExecutor(workers) as pool, tqdm(
+        total=total, unit="B", unit_scale=True, desc=f"{model.name} {quant.name}", disable=not progress
+    ) as bar:
+        ctx = GenContext(quant, seed, convention, device, pool if workers > 1 else None)
         for p in params:
-            for name, tensor in materialize(p, quant, seed, convention):
+            for name, tensor in materialize(p, ctx):
                 writer.add(stored_name(name), tensor)
                 bar.update(tensor.numel() * tensor.element_size())
     writer.close()

@@ -31,8 +31,6 @@ E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 #: all 16 codes' values (sign bit 3) and, per byte, its (low, high) element pair: [256, 2].
 _CODE_VALUES = torch.cat([E2M1_VALUES, -E2M1_VALUES])
 _BYTE_VALUES = torch.stack([_CODE_VALUES.repeat(16), _CODE_VALUES.repeat_interleave(16)], dim=-1)
-#: midpoints between consecutive magnitudes; a tie rounds to the even code (ModelOpt ``_cast_fp4``).
-_BOUNDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
 
 
 @dataclass(frozen=True)
@@ -59,19 +57,23 @@ def _check_k(k: int, what: str) -> None:
 
 
 def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """Round each value to the nearest E2M1 code (ties to the even code, as ModelOpt does).
+    """Round each value to the nearest E2M1 code (ties to the even code, as ModelOpt ``_cast_fp4`` does).
+
+    The magnitudes are evenly spaced within three ranges, so the code is a round-half-even
+    (``torch.round``) in each: |x| < 2 step 0.5 (code ``round(2|x|)``), 2 <= |x| < 4 step 1
+    (code ``2 + round(|x|)``), |x| >= 4 step 2 (code ``4 + round(|x|/2)``, saturating at 7 = 6.0).
+    At every midpoint this picks the even code, e.g. 0.25 -> 0, 0.75 -> 1.0, 2.5 -> 2, 5 -> 4.
 
     Args:
         x: float tensor of any shape, already divided by its scales; |x| > 6 saturates to ±6.
     Returns:
-        uint8 codes of the same shape, 0..15 (bit 3 the sign; -0 encodes as 0).
+        uint8 codes of the same shape, 0..15 (bit 3 the sign; -0 encodes as 0; NaN encodes as 0).
     """
     a = x.float().abs()
-    idx = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
-    for i, b in enumerate(_BOUNDS.tolist()):  # count bounds below a; a tie at an odd bound rounds up (to the even code)
-        idx += (a > b) if i % 2 == 0 else (a >= b)
-    sign = ((x < 0) & (idx > 0)).to(torch.uint8) << 3
-    return idx | sign
+    code = torch.where(a < 2, torch.round(a * 2), torch.where(a < 4, torch.round(a) + 2, torch.round(a * 0.5) + 4))
+    code = code.clamp_(0, 7).nan_to_num_(0).to(torch.uint8)
+    sign = ((x < 0) & (code > 0)).to(torch.uint8) << 3
+    return code | sign
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
@@ -99,33 +101,41 @@ def quantize(w: torch.Tensor, global_amax: float | torch.Tensor | None = None) -
     ``weight_scale_2 = amax / (6*448)`` (fp32); per 16-block
     ``weight_scale = e4m3(block_amax / 6 / weight_scale_2)`` (a zero block gets scale 1,
     as ModelOpt does, so nothing divides by zero); codes = round-to-nearest E2M1 of
-    ``w / (float(weight_scale) * weight_scale_2)``.
+    ``w / (float(weight_scale) * weight_scale_2)``. Runs on ``w``'s device; the result is
+    the same on CPU and CUDA (IEEE division, round-to-nearest-even casts).
 
     Args:
         w: float tensor [N, K] (any float dtype; computed in fp32). K must be a multiple of 16.
+            Leading batch dims [..., N, K] quantize several matrices at once, each with its
+            own amax (e.g. all experts of a layer); ``weight_scale_2`` then has shape [...].
         global_amax: the tensor-wide amax to use instead of ``w.abs().max()`` (e.g. one
             amax shared by several weights). An all-zero weight gets ``weight_scale_2 = 1/(6*448)``.
     Returns:
-        ``NvFp4`` (weight uint8 [N, K/2], weight_scale float8_e4m3fn [N, K/16], weight_scale_2 fp32 []).
+        ``NvFp4`` (weight uint8 [..., N, K/2], weight_scale float8_e4m3fn [..., N, K/16],
+        weight_scale_2 fp32 [...], i.e. [] for one matrix).
     Raises:
-        ValueError: ``w`` is not 2-D, K is not a multiple of 16, or ``w`` holds NaN/inf.
+        ValueError: ``w`` has fewer than 2 dims, K is not a multiple of 16, or ``w`` holds NaN/inf.
     """
-    if w.dim() != 2:
-        raise ValueError(f"quantize: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
-    n, k = w.shape
+    if w.dim() < 2:
+        raise ValueError(f"quantize: expected a weight [N, K] (or [..., N, K]), got shape {tuple(w.shape)}")
+    *lead, n, k = w.shape
     _check_k(k, "quantize")
     w = w.float()
     if not torch.isfinite(w).all():
         raise ValueError("quantize: the weight holds NaN or inf; NVFP4 cannot represent them (fix the weight first)")
-    amax = w.abs().max() if global_amax is None else torch.as_tensor(global_amax, dtype=torch.float32)
+    if global_amax is None:
+        amax = w.abs().amax(dim=(-2, -1))  # [...]
+    else:
+        amax = torch.as_tensor(global_amax, dtype=torch.float32, device=w.device).expand(lead)
     amax = torch.where(amax > 0, amax, torch.ones_like(amax))
-    scale_2 = (amax / (E2M1_MAX * E4M3_MAX)).to(torch.float32).reshape(())
-    blocks = w.reshape(n, k // BLOCK, BLOCK)  # [N, K/16, 16]
-    block_scale = blocks.abs().amax(dim=-1) / E2M1_MAX / scale_2  # [N, K/16]
+    scale_2 = (amax / (E2M1_MAX * E4M3_MAX)).to(torch.float32)  # [...]
+    blocks = w.reshape(*lead, n, k // BLOCK, BLOCK)  # [..., N, K/16, 16]
+    s2 = scale_2.reshape(*lead, 1, 1)
+    block_scale = blocks.abs().amax(dim=-1) / E2M1_MAX / s2  # [..., N, K/16]
     block_scale = torch.where(block_scale == 0, torch.ones_like(block_scale), block_scale)
     block_scale = block_scale.clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
-    denom = block_scale.float().unsqueeze(-1) * scale_2  # [N, K/16, 1]
-    codes = encode_e2m1((blocks / denom).reshape(n, k))
+    denom = block_scale.float().unsqueeze(-1) * s2.unsqueeze(-1)  # [..., N, K/16, 1]
+    codes = encode_e2m1((blocks / denom).reshape(*lead, n, k))
     return NvFp4(pack_codes(codes), block_scale, scale_2)
 
 

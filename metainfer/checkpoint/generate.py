@@ -1,0 +1,87 @@
+"""Generate a parameter's stored tensors: seeded dense weights, fused or unfused experts, NVFP4 pieces.
+
+Dense weights are drawn on the CPU (``metainfer.checkpoint.init``, one generator per tensor
+name, so values never depend on order, thread or machine) and rounded to bf16; an NVFP4
+weight is ``quantize(bf16 weight)``, so the bf16 and NVFP4 checkpoints of one seed agree.
+The experts of a layer are drawn in parallel threads (torch releases the GIL) and quantized
+in one batched call on ``device`` (CUDA when present: the result is the same as on the CPU).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from metainfer.checkpoint.init import init_dense, init_expert
+from metainfer.checkpoint.layout import Param, is_quantized_module, param_tensors
+from metainfer.formats.nvfp4 import E2M1_MAX, E4M3_MAX, NvFp4, global_to_compressed_tensors, quantize
+from metainfer.targets.quant import QuantSpec
+
+#: activation amax the synthetic ``input_scale`` stands for (only W4A4 kernels read it).
+INPUT_AMAX = 8.0
+
+
+@dataclass
+class GenContext:
+    """What every parameter's generation shares: format, seed, NVFP4 naming, quantize device, thread pool."""
+
+    quant: QuantSpec
+    seed: int
+    convention: str = "modelopt"
+    device: torch.device = torch.device("cpu")
+    pool: ThreadPoolExecutor | None = None
+
+
+def _nvfp4_pieces(module: str, q: NvFp4, convention: str) -> list[tuple[str, torch.Tensor]]:
+    input_scale = torch.tensor(INPUT_AMAX / (E2M1_MAX * E4M3_MAX), dtype=torch.float32)
+    w, s, s2 = (t.cpu().clone() for t in (q.weight, q.weight_scale, q.weight_scale_2.reshape(())))  # clone: no shared storage
+    if convention == "modelopt":
+        return [(f"{module}.weight", w), (f"{module}.weight_scale", s),
+                (f"{module}.weight_scale_2", s2), (f"{module}.input_scale", input_scale)]
+    return [(f"{module}.weight_packed", w), (f"{module}.weight_scale", s),
+            (f"{module}.weight_global_scale", global_to_compressed_tensors(s2)),
+            (f"{module}.input_global_scale", global_to_compressed_tensors(input_scale))]
+
+
+def _expert_stack(ctx: GenContext, group: str, proj: str, shape: tuple[int, int], e: int) -> torch.Tensor:
+    """bf16 [E, N, K]: expert x's ``proj`` weight at index x, drawn in parallel."""
+    draw = lambda x: init_expert(group, x, proj, shape, ctx.seed).to(torch.bfloat16)  # noqa: E731
+    rows = list(ctx.pool.map(draw, range(e))) if ctx.pool else [draw(x) for x in range(e)]
+    return torch.stack(rows)
+
+
+def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield the stored tensors (canonical names) of one parameter, in checkpoint order.
+
+    Fused experts: ``gate_up_proj`` bf16 [E, 2I, H] (gate rows first), then ``down_proj`` [E, H, I].
+    Unfused experts: per expert gate, up, down, each bf16 or the NVFP4 pieces.
+    """
+    layout = param_tensors(p, ctx.quant, convention=ctx.convention)
+    if p.kind != "experts":
+        dense = init_dense(p.name, p.shape, p.kind, ctx.seed).to(torch.bfloat16)
+        if p.name in layout and layout[p.name].dtype != torch.uint8:
+            yield p.name, dense.to(layout[p.name].dtype)
+        else:
+            yield from _nvfp4_pieces(p.name[: -len(".weight")], quantize(dense.to(ctx.device)), ctx.convention)
+        return
+    e, i, h = p.shape
+    shapes = {"gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
+    if f"{p.name}.gate_up_proj" in layout:
+        gate_up = torch.cat([_expert_stack(ctx, p.name, "gate_proj", (i, h), e), _expert_stack(ctx, p.name, "up_proj", (i, h), e)], dim=1)
+        yield f"{p.name}.gate_up_proj", gate_up  # [E, 2I, H]
+        del gate_up
+        yield f"{p.name}.down_proj", _expert_stack(ctx, p.name, "down_proj", (h, i), e)  # [E, H, I]
+        return
+    stacks = {proj: _expert_stack(ctx, p.name, proj, shape, e) for proj, shape in shapes.items()}
+    if not is_quantized_module(ctx.quant, f"{p.name}.0.gate_proj"):
+        for x in range(e):
+            yield from ((f"{p.name}.{x}.{proj}.weight", stacks[proj][x].clone()) for proj in shapes)
+        return
+    qs = {proj: quantize(stack.to(ctx.device)) for proj, stack in stacks.items()}  # one batched call per projection
+    del stacks
+    for x in range(e):
+        for proj, q in qs.items():
+            yield from _nvfp4_pieces(f"{p.name}.{x}.{proj}", NvFp4(q.weight[x], q.weight_scale[x], q.weight_scale_2[x]), ctx.convention)
