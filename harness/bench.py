@@ -179,3 +179,27 @@ def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Worklo
     obj = stats.objective(compared)
     out["objective"] = obj.to_dict()
     return BenchResult(out, True)
+
+
+def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig) -> dict:
+    """Measure one engine alone (no A/B): warm, then ``config.rounds`` samples of each workload.
+
+    Returns:
+        ``{workload: {"unit", "higher_is_better", "median", "spread", "samples", "roofline", "roofline_fraction"}}``.
+
+    Raises:
+        harness.workloads.BenchError: the engine broke a workload's rules.
+    """
+    text, quant = model_facts(checkpoint_dir)
+    runner = load_runner("engine", engine_dir, checkpoint_dir, config, text["vocab_size"])
+    out = {}
+    for wi, name in enumerate(config.workloads):
+        w = WORKLOADS[name] if name in WORKLOADS else _unknown(name)
+        for i in range(config.warmup):
+            measure(w, runner, config.shapes, seed=-1 - i)
+        samples = [measure(w, runner, config.shapes, seed=config.seed * 1000 + 10 * r + wi) for r in range(config.rounds)]
+        roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
+        s = summary(samples)
+        out[name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, **s, "roofline": roof,
+                     "roofline_fraction": fraction(w, s["median"], roof)}
+    return out

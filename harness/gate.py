@@ -121,10 +121,14 @@ def _stage_parity(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]
     from harness.parity import run_parity
 
     res = run_parity(args.engine, args.checkpoint, seed=args.seed, device=args.device)
-    data = res.to_dict()
+    data = res.to_json()
     record["parity"] = data
-    error = None if res.ok else (data.get("error") or f"parity failed: max_rel_err {data.get('max_rel_err')} > tolerance {data.get('tolerance')} (worst prompt {data.get('worst_prompt')}, worst layer {data.get('worst_layer')})")
-    return res.ok, error, {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance")}
+    error = None
+    if not res.ok:
+        failures = [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
+        error = res.error or (f"max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, worst prompt "
+                              f"{data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
+    return res.ok, error, {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds")}
 
 
 def _stage_bench(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]:

@@ -39,7 +39,7 @@ class Shapes:
 
 
 FULL_SHAPES = Shapes()
-CPU_SHAPES = Shapes(prompt=32, output=16, streams=4, scaled_down=True)
+CPU_SHAPES = Shapes(prompt=16, output=8, streams=4, scaled_down=True)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""``metainfer bench``: one workload on our engine (and optionally a peer), figure ± spread and roofline fraction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from metainfer.errors import MetainferError
+
+
+def bench(
+    engine: Path = typer.Option(..., "--engine", help="engine folder (generated/<target>) holding engine/"),
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="checkpoint folder the engine (and the peer) loads"),
+    workload: str = typer.Option(..., "--workload", help="ttft, decode-bs1 or conc32"),
+    peer: str = typer.Option(None, "--peer", help="also run a peer on the same workload: hf or vllm"),
+    rounds: int = typer.Option(5, "--rounds", help="measured samples after one warm-up"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random prompts"),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when present); cpu runs scaled-down shapes"),
+    json_out: Path = typer.Option(None, "--json", help="also write the result here"),
+) -> None:
+    """Measure one DESIGN.md workload; print median ± relative spread, roofline fraction, GPU and commit."""
+    import torch
+
+    from harness.bench import BenchConfig, bench_single, shapes_for
+    from harness.env import env_info
+    from harness.peers import PeerError, PeerRequest, run_peer
+    from harness.workloads import BenchError, parse_workloads
+    from metainfer.targets import detect, get_gpu
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise MetainferError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MetainferError("--device cuda asked for, but this machine has no CUDA device; use --device cpu")
+    for flag, path in (("--engine", engine), ("--checkpoint", checkpoint)):
+        if not path.is_dir():
+            raise MetainferError(f"{flag} {path}: no such folder")
+    if rounds < 1:
+        raise MetainferError(f"--rounds must be at least 1, got {rounds}")
+    try:
+        parse_workloads(workload)
+    except ValueError as err:
+        raise MetainferError(str(err)) from None
+    gpu = detect() if device == "cuda" else get_gpu("cpu")
+    shapes = shapes_for("full" if device == "cuda" else "cpu")
+    config = BenchConfig([workload], rounds, seed, shapes, device, gpu)
+    try:
+        ours = bench_single(engine, checkpoint, config)[workload]
+    except BenchError as err:
+        raise MetainferError(f"the engine broke the workload's rules: {err}") from None
+    env = env_info(engine)
+    result = {"workload": workload, "shapes": shapes.to_dict(), "rounds": rounds, "seed": seed, "device": device,
+              "gpu_profile": gpu.name, "env": env, "engine": ours, "peer": None}
+    typer.echo(f"{workload} ({'scaled down: ' if shapes.scaled_down else ''}{shapes.prompt} in / {shapes.output} out / {shapes.streams} streams)"
+               f" on {env['gpu']}, commit {env['commit']}")
+    typer.echo(f"  engine: {ours['median']:.4g} {ours['unit']} ± {100 * ours['spread']:.1f}% (range/median, {rounds} samples),"
+               f" {100 * ours['roofline_fraction']:.1f}% of roofline ({ours['roofline']:.4g} {ours['unit']})")
+    if peer:
+        try:
+            theirs = run_peer(peer, PeerRequest(checkpoint, workload, rounds, shapes, device, seed))
+        except (PeerError, ValueError) as err:
+            raise MetainferError(f"peer {peer}: {err}") from None
+        result["peer"] = theirs
+        frac = (theirs["median"] / ours["roofline"]) if ours["higher_is_better"] else (ours["roofline"] / theirs["median"])
+        typer.echo(f"  {theirs['peer']}: {theirs['median']:.4g} {theirs['unit']} ± {100 * theirs['spread']:.1f}%,"
+                   f" {100 * frac:.1f}% of roofline")
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=1, default=str))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bench`` to the app."""
+    app.command("bench")(bench)

@@ -1,0 +1,115 @@
+"""The gate: usage errors, a green gate on the tiny engine vs itself, a red parity stage stops it, a killed gate leaves its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import cheats
+from cheats import nan_logits, render_tiny
+from harness.gate import main
+from harness.hashing import harness_digest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    return render_tiny(tmp_path_factory.mktemp("gate-render"))
+
+
+def gate_cmd(engine, checkpoint, out, *extra) -> list[str]:
+    return [sys.executable, "-m", "harness.gate", "--engine", str(engine), "--checkpoint", str(checkpoint),
+            "--gpu", "cpu", "--seed", "5", "--json", str(out), *extra]
+
+
+def test_usage_errors_exit_2(rendered, tiny_checkpoint, tmp_path, capsys):
+    ck = str(tiny_checkpoint("bf16"))
+    base = ["--engine", str(rendered), "--checkpoint", ck, "--json", str(tmp_path / "g.json")]
+    assert main(base + ["--gpu", "cpu", "--stages", "static,speed"]) == 2
+    assert "choose from static,parity,bench" in capsys.readouterr().err
+    assert main(["--engine", str(tmp_path / "nope"), "--checkpoint", ck, "--gpu", "cpu", "--json", str(tmp_path / "g.json")]) == 2
+    assert main(base + ["--gpu", "cpu", "--workloads", "ttft,fast"]) == 2
+    assert main(base + ["--gpu", "cpu", "--rounds", "0"]) == 2
+    assert main(base + ["--gpu", "a100"]) == 2 and "unknown GPU" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(base + ["--gpu", "h200"]) == 2 and "use --gpu cpu" in capsys.readouterr().err
+    assert main(["--engine", str(rendered)]) == 2  # argparse: required flags missing
+    assert not (tmp_path / "g.json").exists()
+
+
+def test_static_only_gate_is_green_and_well_formed(rendered, tiny_checkpoint, tmp_path):
+    out = tmp_path / "g.json"
+    assert main(["--engine", str(rendered), "--checkpoint", str(tiny_checkpoint("bf16")), "--gpu", "cpu",
+                 "--stages", "static", "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == 1 and rec["ok"] and rec["complete"] and rec["running"] is None
+    assert isinstance(rec["seed"], int) and rec["harness_digest"] == harness_digest()
+    assert set(rec["env"]) >= {"gpu", "driver", "torch", "triton", "commit"} and rec["env"]["torch"] == torch.__version__
+    assert [(s["name"], s["ok"], s["error"]) for s in rec["stages"]] == [("static", True, None)]
+
+
+@pytest.mark.slow
+def test_red_parity_stops_before_bench(rendered, tiny_checkpoint, tmp_path):
+    engine = tmp_path / "root" / rendered.name
+    shutil.copytree(rendered, engine)
+    nan_logits.apply(engine)
+    out = tmp_path / "g.json"
+    assert main(["--engine", str(engine), "--checkpoint", str(tiny_checkpoint("bf16")), "--baseline", str(rendered),
+                 "--gpu", "cpu", "--rounds", "1", "--workloads", "ttft", "--json", str(out)]) == 1
+    rec = json.loads(out.read_text())
+    assert [s["name"] for s in rec["stages"]] == ["static", "parity"] and not rec["stages"][1]["ok"]
+    assert rec["bench"] is None and rec["parity"]["ok"] is False and not rec["ok"] and rec["complete"]
+
+
+@pytest.mark.slow
+def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
+    out = tmp_path / "g.json"
+    proc = subprocess.run(gate_cmd(rendered, tiny_checkpoint("bf16"), out, "--baseline", str(rendered), "--rounds", "2",
+                                   "--workloads", "decode-bs1,conc32"), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads(out.read_text())
+    assert rec["ok"] and [s["name"] for s in rec["stages"]] == ["static", "parity", "bench"]
+    assert all(s["ok"] and s["seconds"] >= 0 for s in rec["stages"])
+    assert rec["parity"]["ok"] and rec["parity"]["max_rel_err"] <= rec["parity"]["tolerance"]
+    bench = rec["bench"]
+    assert bench["scaled_down"] and set(bench["workloads"]) == {"decode-bs1", "conc32"}
+    for w in bench["workloads"].values():
+        assert w["candidate"]["median"] > 0 and w["baseline"]["median"] > 0 and len(w["candidate"]["samples"]) == 2
+        assert 0 < w["roofline_fraction"]
+    obj = bench["objective"]
+    assert obj["speedup"] > 0 and obj["noise"] >= 0 and isinstance(obj["beats_baseline"], bool)
+
+
+@pytest.mark.slow
+def test_killed_gate_leaves_the_stages_done(rendered, tiny_checkpoint, tmp_path):
+    out = tmp_path / "g.json"
+    proc = subprocess.Popen(gate_cmd(rendered, tiny_checkpoint("bf16"), out, "--stages", "static,bench", "--baseline", str(rendered),
+                                     "--rounds", "500", "--workloads", "conc32"), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        rec: dict = {}
+        while time.time() < deadline:
+            if out.exists():
+                rec = json.loads(out.read_text())  # atomic writes: never half a file
+                if rec["running"] == "bench":
+                    break
+            time.sleep(0.2)
+        assert rec.get("running") == "bench", rec
+        time.sleep(1.0)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    rec = json.loads(out.read_text())
+    assert rec["complete"] is False and rec["ok"] is False and rec["running"] == "bench"
+    assert [(s["name"], s["ok"]) for s in rec["stages"]] == [("static", True)]
+    assert rec["bench"] is None and rec["schema"] == 1
