@@ -143,3 +143,30 @@ def test_missing_cli_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(AgentError, match="not found on PATH.*install"):
         get_agent("claude-code")
+
+
+def test_gate_tool_failures_are_tool_errors_and_settings_round_trip(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from metainfer.agents.gate_tools import CTX_ENV, GateTools, main
+    from metainfer.agents.tools import ToolError
+
+    ctx = make_worktree(tmp_path)
+    with pytest.raises(ToolError, match="no checkpoint is configured"):
+        GateTools(ctx.worktree, ctx.engine_dir, None, "cpu").parity()
+    crash = GateTools(ctx.worktree, ctx.engine_dir, tmp_path, "cpu", out_dir=tmp_path / "g",
+                      cmd=[sys.executable, "-c", "import sys; print('boom in the gate'); sys.exit(3)"])
+    with pytest.raises(ToolError, match=r"(?s)crashed \(exit status 3\).*boom in the gate"):
+        crash.parity()
+    slow = GateTools(ctx.worktree, ctx.engine_dir, tmp_path, "cpu", out_dir=tmp_path / "g", timeout_s=30.0,
+                     cmd=[sys.executable, "-c", "import time; time.sleep(60)"], time_left=lambda: 0.5)
+    started = time.time()
+    with pytest.raises(ToolError, match="ran past 1 s and was killed"):
+        slow.parity()
+    assert time.time() - started < 10
+    path = crash.write_ctx(tmp_path / "ctx.json")
+    back = GateTools.from_ctx(path)
+    assert (back.worktree, back.checkpoint, back.cmd, back.workloads) == (crash.worktree, tmp_path, crash.cmd, "decode-bs1")
+    monkeypatch.setenv(CTX_ENV, str(path))
+    assert main(["parity"]) == 2 and "crashed (exit status 3)" in capsys.readouterr().err
+    assert main(["nonsense"]) == 2

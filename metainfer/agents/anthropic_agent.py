@@ -84,12 +84,13 @@ class AnthropicAgent:
 
         Raises:
             BudgetExceeded: turns, tokens, USD or time ran out.
-            Both carry ``.cost_usd``, ``.tokens`` and ``.transcript`` (what was spent and said so far).
             AgentError: the API refused the request or kept failing past the retries.
+            Both carry ``.cost_usd``, ``.tokens`` and ``.transcript`` (what was spent and said so far).
         """
         meter = Meter(self.limits, self.price, ctx.budget_usd_left, ctx.deadline, model=self.model)
         gate = GateTools(ctx.worktree, ctx.engine_dir, checkpoint_for(ctx, self.checkpoint), ctx.target.gpu.name,
                          seed=agent_seed(ctx), out_dir=ctx.record_dir / "agent-gate", **self.gate_opts)
+        gate.time_left = meter.time_left  # a gate run never outlives the iteration
         box = ToolBox(ctx.engine_dir, gate.as_tools())
         prompts = render_prompts(ctx, loop_tools=True, gate_tools=True, budget=budget_lines(
             ctx, max_usd=self.limits.max_usd, max_turns=self.limits.max_turns, time_limit_s=self.limits.time_limit_s))

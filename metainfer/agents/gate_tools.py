@@ -20,9 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from metainfer.agents.tools import ToolError, dumps
 
@@ -71,6 +71,7 @@ class GateTools:
         workloads: ``--workloads`` of the quick bench (comma list), None for the gate's default.
         cmd: the gate command without arguments.
         out_dir: where gate JSONs and logs go (the iteration's record dir).
+        time_left: seconds the iteration has left (a callable), capping ``timeout_s``; None for no cap.
     """
 
     worktree: Path
@@ -85,6 +86,7 @@ class GateTools:
     cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "harness.gate"])
     out_dir: Path | None = None
     calls: int = 0
+    time_left: Callable[[], float | None] | None = field(default=None, repr=False, compare=False)
 
     def as_tools(self) -> dict[str, Any]:
         """``{"run_parity": fn, "run_quick_bench": fn}`` for ``ToolBox(gate=...)``."""
@@ -122,13 +124,16 @@ class GateTools:
             argv += ["--workloads", self.workloads]
         if self.scale:
             argv += ["--scale", self.scale]
+        left = self.time_left() if self.time_left else None
+        timeout = self.timeout_s if left is None else max(1.0, min(self.timeout_s, left))
         with open(out_dir / f"{tag}.log", "w+") as log:
             proc = subprocess.Popen(argv, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                rc = proc.wait(timeout=self.timeout_s)
+                rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
-                raise ToolError(f"the gate ran past {self.timeout_s:.0f} s and was killed; the engine may hang or be far too slow") from None
+                raise ToolError(f"the gate ran past {timeout:.0f} s and was killed (the engine hangs, is far too slow, "
+                                "or the iteration's time is nearly spent)") from None
             log.seek(0)
             tail = log.read()[-3000:]
         if rc not in (0, 1) or not json_out.exists():
@@ -147,7 +152,8 @@ class GateTools:
 
     def write_ctx(self, path: Path) -> Path:
         """Write these settings as JSON to ``path`` for the command line below; returns ``path``."""
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "time_left"}
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in data.items()}
         path.write_text(json.dumps(data, indent=1))
         return path
 
