@@ -91,7 +91,7 @@ def test_conv1d_references_match_hf():
     weight = torch.randn(c, width, generator=gen)
     # prefill from a zero state is HF causal_conv1d_fn; fp32 so HF computes in fp32 too
     state = torch.zeros(2, c, width - 1)
-    y = k.causal_conv1d_prefill(x, state, weight, torch.tensor([0, t]), torch.tensor([1]))
+    y = k.ref_prefill.causal_conv1d_prefill_ref(x, state, weight, torch.tensor([0, t]), torch.tensor([1]))
     y_hf = hf.causal_conv1d_fn(x.T[None], weight, None, activation="silu")[0].T
     assert rel_err(y, y_hf) < TOL_FP32
     assert torch.equal(state[1], x[-(width - 1):].T) and torch.equal(state[0], torch.zeros(c, width - 1))
@@ -135,6 +135,62 @@ def test_chunk_prefill_agrees_with_recurrent_steps_and_hf():
     )
     assert rel_err(o[a:b], o_hf[0]) < TOL_BF16
     assert rel_err(state[3], s_hf[0]) < TOL_FP32
+
+
+def _varlen(lens, hk, hv, dk, dv, c, seed, device=DEVICE):
+    """Packed sequences of the given lengths with NaN rows in the states outside their slots."""
+    gen = torch.Generator().manual_seed(seed)
+    t = sum(lens)
+    n_slots = len(lens) + 2
+    slots = torch.randperm(n_slots, generator=gen)[: len(lens)].to(torch.int32)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    state = torch.full((n_slots, hv, dk, dv), float("nan"))
+    state[slots.long()] = torch.randn(len(lens), hv, dk, dv, generator=gen) * 0.3
+    conv = torch.full((n_slots, c, 3), float("nan"))
+    conv[slots.long()] = torch.randn(len(lens), c, 3, generator=gen)
+    tensors = dict(
+        q=torch.randn(t, hk, dk, generator=gen).bfloat16(), k=torch.randn(t, hk, dk, generator=gen).bfloat16(),
+        v=torch.randn(t, hv, dv, generator=gen).bfloat16(), g=-torch.rand(t, hv, generator=gen),
+        beta=torch.rand(t, hv, generator=gen), state=state, x=torch.randn(t, c, generator=gen).bfloat16(),
+        w=torch.randn(c, 4, generator=gen), conv=conv.bfloat16(), cu=cu, slots=slots,
+    )
+    return {name: val.to(device) for name, val in tensors.items()}
+
+
+@pytest.mark.parametrize("lens", [[1], [3, 1, 17], [2, 0, 5]])
+def test_prefill_kernels_match_references(lens):
+    """Varlen conv1d and recurrent GDN prefill, lengths 0/1/2 (shorter than the conv window) and 17."""
+    k = load_kernels()
+    d = _varlen(lens, hk=1, hv=2, dk=16, dv=24, c=40, seed=sum(lens))
+    conv_ref, state_ref = d["conv"].clone(), d["state"].clone()
+    y = k.causal_conv1d_prefill(d["x"], d["conv"], d["w"], d["cu"], d["slots"], block_c=16)
+    y_ref = k.ref_prefill.causal_conv1d_prefill_ref(d["x"], conv_ref, d["w"], d["cu"], d["slots"])
+    assert rel_err(y, y_ref) < TOL_BF16
+    assert torch.equal(d["conv"].isnan(), conv_ref.isnan())
+    used = d["slots"].long()
+    assert torch.equal(d["conv"][used], conv_ref[used])
+    args = [d[n] for n in ("q", "k", "v", "g", "beta")]
+    o = k.gdn_recurrent_prefill(*args, d["state"], d["cu"], d["slots"], block_v=16)
+    o_ref = k.ref_prefill.gdn_chunk_prefill_ref(*args, state_ref, d["cu"], d["slots"], chunk_size=4)
+    assert rel_err(o, o_ref) < TOL_BF16
+    assert rel_err(d["state"][used], state_ref[used]) < TOL_FP32
+    assert torch.equal(d["state"].isnan(), state_ref.isnan())
+
+
+@gpu
+@needs_cuda
+def test_prefill_kernels_real_shapes_cuda():
+    k = load_kernels()
+    d = _varlen([1, 63, 64, 65, 300], hk=16, hv=32, dk=128, dv=128, c=8192, seed=9, device="cuda")
+    conv_ref, state_ref = d["conv"].clone(), d["state"].clone()
+    y = k.causal_conv1d_prefill(d["x"], d["conv"], d["w"], d["cu"], d["slots"])
+    assert rel_err(y, k.ref_prefill.causal_conv1d_prefill_ref(d["x"], conv_ref, d["w"], d["cu"], d["slots"])) < TOL_BF16
+    args = [d[n] for n in ("q", "k", "v", "g", "beta")]
+    o = k.gdn_recurrent_prefill(*args, d["state"], d["cu"], d["slots"])
+    o_ref = k.ref_prefill.gdn_chunk_prefill_ref(*args, state_ref, d["cu"], d["slots"])
+    used = d["slots"].long()
+    assert rel_err(o, o_ref) < TOL_BF16
+    assert rel_err(d["state"][used], state_ref[used]) < 1e-4  # 300 sequential fp32 updates vs chunked order
 
 
 @gpu

@@ -9,7 +9,9 @@ below check their inputs, then dispatch on ``BACKEND``:
 - ``"triton"``: always Triton (CPU tensors need ``TRITON_INTERPRET=1`` set before this
   package is imported; that is how the tests run the kernels here).
 
-The initial value comes from the environment variable ``ENGINE_KERNELS``. Keyword
+The initial value comes from the environment variable ``ENGINE_KERNELS``. ``REFERENCE_OPS``
+names ops that take the reference even on CUDA (e.g. ``{"moe_nvfp4"}``), to bisect a parity
+failure or to step around a kernel that misbehaves. Keyword
 arguments after ``*`` (block sizes, ``num_warps``) go to the Triton launcher only, so the
 engine can pass values from ``tunables.json``; the reference ignores them.
 Shapes and formats: see README.md beside this file.
@@ -37,6 +39,7 @@ from ._checks import (
 )
 
 BACKEND: str = os.environ.get("ENGINE_KERNELS", "auto")
+REFERENCE_OPS: set[str] = set()
 _BACKENDS = ("auto", "reference", "triton")
 
 __all__ = [
@@ -49,13 +52,14 @@ __all__ = [
     "causal_conv1d_update",
     "gdn_chunk_prefill",
     "causal_conv1d_prefill",
+    "gdn_recurrent_prefill",
 ]
 
 
-def _use_triton(t: torch.Tensor) -> bool:
+def _use_triton(t: torch.Tensor, op: str) -> bool:
     if BACKEND not in _BACKENDS:
         raise ValueError(f"kernels.BACKEND = {BACKEND!r} is not one of {_BACKENDS}; set it (or ENGINE_KERNELS) to one of them")
-    if BACKEND == "reference":
+    if BACKEND == "reference" or op in REFERENCE_OPS:
         return False
     return BACKEND == "triton" or t.is_cuda
 
@@ -82,7 +86,7 @@ def rmsnorm(
         ValueError: wrong rank, shape mismatch, or non-contiguous last dim.
     """
     check_norm(x, w, residual)
-    if _use_triton(x):
+    if _use_triton(x, "rmsnorm"):
         return _triton("norm", "rmsnorm_triton")(x, w, eps, residual, **launch)
     return ref.rmsnorm_ref(x, w, eps, residual)
 
@@ -94,7 +98,7 @@ def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float,
     Raises: ValueError on shape mismatch.
     """
     check_gated_norm(o, z, w)
-    if _use_triton(o):
+    if _use_triton(o, "gated_rmsnorm"):
         return _triton("norm", "gated_rmsnorm_triton")(o, z, w, eps, **launch)
     return ref.gated_rmsnorm_ref(o, z, w, eps)
 
@@ -113,7 +117,7 @@ def nvfp4_linear(
     Raises: ValueError on shape/dtype mismatch or K not a multiple of 16.
     """
     check_linear(x, packed, scale, gscale)
-    if _use_triton(x):
+    if _use_triton(x, "nvfp4_linear"):
         return _triton("linear", "nvfp4_linear_triton")(x, packed, scale, gscale, **launch)
     return ref.nvfp4_linear_ref(x, packed, scale, gscale)
 
@@ -142,7 +146,7 @@ def moe_nvfp4(
     Raises: ValueError on shape/dtype mismatch.
     """
     check_moe(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2)
-    if _use_triton(x):
+    if _use_triton(x, "moe_nvfp4"):
         fn = _triton("moe", "moe_nvfp4_triton")
         return fn(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2, **launch)
     return ref.moe_nvfp4_ref(x, topk_ids, topk_weights, w13, s13, g13, w2, s2, g2)
@@ -169,7 +173,7 @@ def gdn_recurrent_step(
     Raises: ValueError on shape/dtype mismatch or HV not a multiple of HK.
     """
     check_gdn_step(q, k, v, g, beta, state, slots)
-    if _use_triton(q):
+    if _use_triton(q, "gdn_recurrent_step"):
         return _triton("gdn", "gdn_recurrent_step_triton")(q, k, v, g, beta, state, slots, **launch)
     return ref.gdn_recurrent_step_ref(q, k, v, g, beta, state, slots)
 
@@ -186,7 +190,7 @@ def causal_conv1d_update(
     Raises: ValueError on shape mismatch.
     """
     check_conv(x, conv_state, weight, slots)
-    if _use_triton(x):
+    if _use_triton(x, "causal_conv1d_update"):
         return _triton("conv1d", "causal_conv1d_update_triton")(x, conv_state, weight, slots, **launch)
     return ref.causal_conv1d_update_ref(x, conv_state, weight, slots)
 
@@ -220,15 +224,50 @@ def gdn_chunk_prefill(
 
 
 def causal_conv1d_prefill(
-    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor, slots: torch.Tensor
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    slots: torch.Tensor,
+    **launch,
 ) -> torch.Tensor:
     """Depthwise causal conv1d + SiLU over packed sequences, continuing from ``conv_state[slots]``.
 
     Args: x bf16 [T, C]; conv_state bf16 [S, C, W-1] (zero a new sequence's row first);
     weight [C, W]; cu_seqlens int [N+1]; slots int [N].
     Returns: y bf16 [T, C]; ``conv_state[slots[i]]`` ← the last W-1 inputs of sequence i.
-    Backend: torch (F.conv1d per sequence) on every device for now; syncs to read cu_seqlens.
+    Backend: Triton on CUDA (cu_seqlens read on the device, no sync; launch keywords
+    ``block_c``, ``num_warps``), else torch (F.conv1d per sequence, syncs to read cu_seqlens).
     Raises: ValueError on shape mismatch.
     """
     check_conv_prefill(x, conv_state, weight, cu_seqlens, slots)
+    if _use_triton(x, "causal_conv1d_prefill"):
+        return _triton("prefill", "causal_conv1d_prefill_triton")(x, conv_state, weight, cu_seqlens, slots, **launch)
     return ref_prefill.causal_conv1d_prefill_ref(x, conv_state, weight, cu_seqlens, slots)
+
+
+def gdn_recurrent_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    slots: torch.Tensor,
+    **launch,
+) -> torch.Tensor:
+    """``gdn_chunk_prefill``'s contract, computed token by token with the state in registers.
+
+    On CUDA a Triton kernel (one program per v block, v head and sequence; cu_seqlens read on
+    the device, no sync; launch keywords ``block_v``, ``num_warps``): no tensor cores, suited
+    to short prompts and chunked-prefill pieces; exact against ``gdn_recurrent_step``.
+    Elsewhere the torch chunked reference (``gdn_chunk_prefill_ref``, same recurrence).
+    Returns o bf16 [T, HV, Dv]; writes each sequence's final state to its slot.
+    Raises: ValueError on shape/dtype mismatch.
+    """
+    check_gdn_prefill(q, k, v, g, beta, state, cu_seqlens, slots)
+    if _use_triton(q, "gdn_recurrent_prefill"):
+        fn = _triton("prefill", "gdn_recurrent_prefill_triton")
+        return fn(q, k, v, g, beta, state, cu_seqlens, slots, **launch)
+    return ref_prefill.gdn_chunk_prefill_ref(q, k, v, g, beta, state, cu_seqlens, slots)

@@ -126,6 +126,8 @@ def check_gdn_step(q, k, v, g, beta, state, slots) -> None:
     _contig(op, "state", state)
     _shape(op, "slots", slots, (b,))
     _dtype(op, "slots", slots, _INT)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _act(op, name, t)
 
 
 def check_conv(x, conv_state, weight, slots) -> None:
@@ -140,6 +142,7 @@ def check_conv(x, conv_state, weight, slots) -> None:
     _contig(op, "conv_state", conv_state)
     _shape(op, "slots", slots, (b,))
     _dtype(op, "slots", slots, _INT)
+    _act(op, "x", x)
 
 
 def _check_varlen(op: str, t_count: int, cu_seqlens: torch.Tensor, slots: torch.Tensor) -> None:

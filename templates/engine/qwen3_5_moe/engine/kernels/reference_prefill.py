@@ -28,6 +28,8 @@ def causal_conv1d_prefill_ref(
     cu = cu_seqlens.tolist()
     w = weight.float().unsqueeze(1)  # [C, 1, W]
     for i, slot in enumerate(slots.tolist()):
+        if cu[i] == cu[i + 1]:
+            continue  # an empty sequence keeps its state
         seq = x[cu[i] : cu[i + 1]].float().T  # [C, L]
         window = torch.cat([conv_state[slot].float(), seq], dim=-1)  # [C, W-1+L]
         out = F.conv1d(window.unsqueeze(0), w, groups=x.shape[1])[0]  # [C, L]
