@@ -42,6 +42,7 @@ class Model:
         self.tunables = tunables
         self.rope = Rope(dims, device)
         self.launch = tunables.launch_keywords()
+        self.fp32_out_mm = _fp32_out_mm_supported(device)
 
     @torch.inference_mode()
     def forward(self, batch: Batch, cache: StateCache, *, rows: torch.Tensor | None = None, return_hidden: bool = False) -> ForwardOut:
@@ -71,5 +72,26 @@ class Model:
         x, _ = kernels.rmsnorm(mlp_out, self.w.norm, eps, residual=h)
         if rows is not None:
             x = x[rows]
-        logits = F.linear(x, self.w.lm_head).float()
-        return ForwardOut(logits, torch.stack(hidden) if hidden is not None else None)
+        return ForwardOut(self.lm_head(x), torch.stack(hidden) if hidden is not None else None)
+
+    def lm_head(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [R, V] of final-normed x bf16 [R, H], accumulated in fp32 and never rounded to bf16
+        (bf16 logits tie often: 8 mantissa bits). On CPU the weight is upcast per call (small models only)."""
+        if self.fp32_out_mm:
+            return torch.mm(x, self.w.lm_head.t(), out_dtype=torch.float32)
+        if x.device.type == "cpu":
+            return x.float() @ self.w.lm_head.float().t()
+        return F.linear(x, self.w.lm_head).float()  # no fp32-output GEMM in this torch build
+
+
+def _fp32_out_mm_supported(device: torch.device) -> bool:
+    """Whether ``torch.mm(bf16, bf16, out_dtype=float32)`` runs on ``device`` (CUDA in recent torch)."""
+    if device.type != "cuda":
+        return False
+    a = torch.ones(16, 16, dtype=torch.bfloat16, device=device)
+    try:
+        torch.mm(a, a, out_dtype=torch.float32)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+    return True
+
