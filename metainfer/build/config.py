@@ -43,8 +43,9 @@ class BuildConfig:
     """Options of ``metainfer build`` (and ``step``), validated by the command before the loop starts.
 
     Attributes:
-        model, quant, gpu: the target's three names (``metainfer targets`` lists them).
-        agent: agent registry name (``offline``, ``scripted``, ``anthropic``, ``claude-code``).
+        model, quant, gpu: the target's three names (``metainfer targets`` lists them); None only on resume.
+        agent: agent registry name (``offline``, ``scripted``, ``anthropic``, ``claude-code``); None = the
+            default (``metainfer.agents.default_agent_name()``) for a new run, the run's own on resume.
         agent_options: keyword options for ``get_agent`` (``patches=[...]`` for ``scripted``).
         iterations: proposals after the baseline (iteration 0); None = 3 for a new run, the run's own on resume.
         time_limit_min: wall-clock limit of the run in minutes, checked at iteration boundaries; None = none.
@@ -61,10 +62,10 @@ class BuildConfig:
         repo_root: the project clone; None = found from the cwd.
     """
 
-    model: str
-    quant: str
-    gpu: str
-    agent: str = "offline"
+    model: str | None
+    quant: str | None
+    gpu: str | None
+    agent: str | None = None
     agent_options: dict[str, Any] = field(default_factory=dict)
     iterations: int | None = None
     time_limit_min: float | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from metainfer.agents import default_agent_name
 from metainfer.build.config import BuildConfig, BuildError, worktree_path
 from metainfer.build.decision import Decision, parse_trailers
 from metainfer.build.gate_runner import GateOutcome, kill_orphan
@@ -28,7 +29,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     """Validate options, check the GPU, open or create the run record, the worktree and the checkpoint.
 
     On ``config.resume`` the target, agent, seed and gate settings come from ``run.json``;
-    a given ``config.iterations`` or ``config.gate_timeout_s`` replaces the run's. A new run refuses a worktree
+    a given ``config.iterations``, ``config.gate_timeout_s`` or ``config.agent`` (with its options) replaces the run's. A new run refuses a worktree
     with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
 
     Returns:
@@ -51,6 +52,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
             st["iterations"] = config.iterations
         if config.gate_timeout_s is not None:
             st["gate"]["timeout_s"] = config.gate_timeout_s
+        if config.agent is not None:  # e.g. new patches for the scripted agent: iteration k still applies patch k
+            st["agent"], st["agent_options"] = config.agent, config.agent_options
         st["status"], st["stop_reason"], st["ended"] = "running", None, None
         st["active_seconds_before"] = st.get("active_seconds", 0.0)
         st.setdefault("resumed", []).append(utc_now())
@@ -59,7 +62,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         check_present(config.gpu)
         target = make_target(config.model, config.quant, config.gpu)
         meta = {"model": config.model, "quant": config.quant, "gpu": config.gpu,
-                "agent": agent_label or config.agent, "agent_options": config.agent_options,
+                "agent": agent_label or config.agent or default_agent_name(), "agent_options": config.agent_options,
                 "iterations": 3 if config.iterations is None else config.iterations, "seed": config.seed,
                 "budget": {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd},
                 "gate": {"timeout_s": 1800.0 if config.gate_timeout_s is None else config.gate_timeout_s,

@@ -11,11 +11,13 @@ from metainfer.agents import default_agent_name
 
 
 def build(
-    model: str = typer.Option(..., "--model", help="registered model, e.g. qwen3.6-35b-a3b-tiny (see `metainfer targets`)"),
-    quant: str = typer.Option(..., "--quant", help="weight format: bf16 or nvfp4"),
-    gpu: str = typer.Option(..., "--gpu", help="GPU profile; must be the device present (cpu is always allowed)"),
+    model: str = typer.Option(None, "--model", help="registered model, e.g. qwen3.6-35b-a3b-tiny (see `metainfer targets`); "
+                              "required unless --resume"),
+    quant: str = typer.Option(None, "--quant", help="weight format: bf16 or nvfp4; required unless --resume"),
+    gpu: str = typer.Option(None, "--gpu", help="GPU profile; must be the device present (cpu is always allowed); "
+                            "required unless --resume"),
     agent: str = typer.Option(None, "--agent", help="offline | scripted | anthropic | claude-code; default: anthropic "
-                              "with ANTHROPIC_API_KEY set, else offline"),
+                              "with ANTHROPIC_API_KEY set, else offline; on --resume: the run's"),
     iterations: int = typer.Option(None, "--iterations", help="proposals after the baseline (default 3; on --resume: the run's)"),
     time_limit: float = typer.Option(None, "--time-limit", help="stop at an iteration boundary after this many minutes"),
     budget_usd: float = typer.Option(None, "--budget-usd", help="stop once the agent has spent this many USD"),
@@ -30,7 +32,7 @@ def build(
     workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),
     resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted run to continue"),
     script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "
-                                      "in order, one per iteration; repository-relative paths"),
+                                      "in order, patch k in iteration k; repository-relative paths"),
 ) -> None:
     """Build an engine for <model>-<quant>-<gpu>: baseline, then N agent proposals, each gated (static → parity → A/B bench).
 
@@ -39,15 +41,19 @@ def build(
     """
     from metainfer.build import BuildConfig, run_build
 
-    options = {}
-    name = agent or default_agent_name()
+    if not resume and None in (model, quant, gpu):
+        raise typer.BadParameter("--model, --quant and --gpu are required (unless --resume RUN)")
+    options: dict = {}
+    name = agent
     if script:
         if agent not in (None, "scripted"):
             raise typer.BadParameter("--script goes with --agent scripted")
         name = "scripted"
         options["patches"] = [str(p.resolve()) for p in script]
-    elif name == "scripted" and not resume:
+    elif agent == "scripted":
         raise typer.BadParameter("--agent scripted needs --script PATCH (one or more)")
+    if name is None and not resume:
+        name = default_agent_name()
     config = BuildConfig(model=model, quant=quant, gpu=gpu, agent=name, agent_options=options, iterations=iterations,
                          time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
                          seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume,
