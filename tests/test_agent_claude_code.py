@@ -170,3 +170,11 @@ def test_gate_tool_failures_are_tool_errors_and_settings_round_trip(tmp_path, mo
     monkeypatch.setenv(CTX_ENV, str(path))
     assert main(["parity"]) == 2 and "crashed (exit status 3)" in capsys.readouterr().err
     assert main(["nonsense"]) == 2
+    from metainfer.agents.gate_tools import for_context
+
+    ctx.record_dir.mkdir(parents=True)
+    (ctx.record_dir.parent / "run.json").write_text(json.dumps({"checkpoint": "/ck", "repo_root": "/repo"}))
+    g = for_context(ctx, None, timeout_s=5.0)
+    assert (g.checkpoint, g.judge_dir, g.timeout_s, g.gpu) == (Path("/ck"), Path("/repo"), 5.0, "cpu")
+    assert g.out_dir == ctx.record_dir / "agent-gate" and g.seed != ctx.seed
+    assert for_context(ctx, tmp_path).checkpoint == tmp_path

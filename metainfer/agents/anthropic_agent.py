@@ -28,7 +28,7 @@ import anthropic
 
 from metainfer.agents.anthropic_api import RetryPolicy, create_with_retries, usage_tokens
 from metainfer.agents.base import AgentError, Proposal, ProposalContext
-from metainfer.agents.gate_tools import GateTools, agent_seed, checkpoint_for
+from metainfer.agents.gate_tools import for_context
 from metainfer.agents.limits import Limits, Meter, price_for
 from metainfer.agents.prompts import budget_lines, render_prompts, write_prompts
 from metainfer.agents.tools import LOOP_TOOL_SPECS, ToolBox, ToolError, check_input
@@ -88,8 +88,7 @@ class AnthropicAgent:
             Both carry ``.cost_usd``, ``.tokens`` and ``.transcript`` (what was spent and said so far).
         """
         meter = Meter(self.limits, self.price, ctx.budget_usd_left, ctx.deadline, model=self.model)
-        gate = GateTools(ctx.worktree, ctx.engine_dir, checkpoint_for(ctx, self.checkpoint), ctx.target.gpu.name,
-                         seed=agent_seed(ctx), out_dir=ctx.record_dir / "agent-gate", **self.gate_opts)
+        gate = for_context(ctx, self.checkpoint, **self.gate_opts)
         gate.time_left = meter.time_left  # a gate run never outlives the iteration
         box = ToolBox(ctx.engine_dir, gate.as_tools())
         prompts = render_prompts(ctx, loop_tools=True, gate_tools=True, budget=budget_lines(

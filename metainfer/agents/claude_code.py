@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from metainfer.agents.base import AgentError, BudgetExceeded, Proposal, ProposalContext
-from metainfer.agents.gate_tools import CTX_ENV, GateTools, agent_seed, checkpoint_for, kill_group
+from metainfer.agents.gate_tools import CTX_ENV, for_context, kill_group
 from metainfer.agents.limits import Limits
 from metainfer.agents.prompts import budget_lines, render_prompts, write_prompts
 from metainfer.agents.workspace import changed_paths, snapshot
@@ -98,8 +98,7 @@ class ClaudeCodeAgent:
         run_deadline_binds = ctx.deadline is not None and (self.limits.time_limit_s is None or ctx.deadline <= min(ends))
 
         ctx.record_dir.mkdir(parents=True, exist_ok=True)
-        gate = GateTools(ctx.worktree, ctx.engine_dir, checkpoint_for(ctx, self.checkpoint), ctx.target.gpu.name,
-                         seed=agent_seed(ctx), out_dir=ctx.record_dir / "agent-gate", **self.gate_opts)
+        gate = for_context(ctx, self.checkpoint, **self.gate_opts)
         tools_ctx = gate.write_ctx(ctx.record_dir / "tools_ctx.json")
         cmds = {k: f"{sys.executable} -m metainfer.agents.gate_tools {k}" for k in ("parity", "bench")}
         prompts = render_prompts(ctx, loop_tools=False, gate_tools=False, cli_tools=cmds, budget=budget_lines(

@@ -1,8 +1,9 @@
 """``run_parity`` and ``run_quick_bench`` for agents: the harness gate in a subprocess, summarised.
 
-The gate is ``python -m harness.gate`` (docs/CONTRACTS.md, "The gate"), run from the
-worktree so the frozen judge of that branch does the judging, with a timeout after which
-its whole process group is killed. The agent gets a compact summary of the gate JSON
+The gate is ``python -m harness.gate`` (docs/CONTRACTS.md, "The gate"), run from the same
+folder as the build loop's own gate (the repository root named in ``run.json``, else the
+worktree) so the agent's check and the judge agree, with a timeout after which its whole
+process group is killed. The agent gets a compact summary of the gate JSON
 (``summarize_gate``), never the engine's internals. The quick bench compares the engine
 as edited with the last accepted one, exported from the worktree's ``HEAD``.
 
@@ -60,7 +61,7 @@ class GateTools:
     """Settings for gating the engine from inside an iteration.
 
     Attributes:
-        worktree: the target's git worktree (the gate runs with it as working directory).
+        worktree: the target's git worktree (the last accepted engine is exported from its ``HEAD``).
         engine_dir: the engine folder being edited.
         checkpoint: checkpoint folder the gate loads; None makes both tools answer with an error.
         gpu: GPU profile name for ``--gpu``.
@@ -72,6 +73,7 @@ class GateTools:
         cmd: the gate command without arguments.
         out_dir: where gate JSONs and logs go (the iteration's record dir).
         time_left: seconds the iteration has left (a callable), capping ``timeout_s``; None for no cap.
+        judge_dir: working folder of the gate subprocess (whose ``harness/`` judges); None = ``worktree``.
     """
 
     worktree: Path
@@ -87,6 +89,7 @@ class GateTools:
     out_dir: Path | None = None
     calls: int = 0
     time_left: Callable[[], float | None] | None = field(default=None, repr=False, compare=False)
+    judge_dir: Path | None = None
 
     def as_tools(self) -> dict[str, Any]:
         """``{"run_parity": fn, "run_quick_bench": fn}`` for ``ToolBox(gate=...)``."""
@@ -127,7 +130,8 @@ class GateTools:
         left = self.time_left() if self.time_left else None
         timeout = self.timeout_s if left is None else max(1.0, min(self.timeout_s, left))
         with open(out_dir / f"{tag}.log", "w+") as log:
-            proc = subprocess.Popen(argv, cwd=self.worktree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(argv, cwd=self.judge_dir or self.worktree, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -161,20 +165,23 @@ class GateTools:
     def from_ctx(cls, path: Path) -> GateTools:
         """Read settings written by ``write_ctx``."""
         data = json.loads(Path(path).read_text())
-        for k in ("worktree", "engine_dir", "checkpoint", "out_dir"):
+        for k in ("worktree", "engine_dir", "checkpoint", "out_dir", "judge_dir"):
             data[k] = Path(data[k]) if data.get(k) else None
         return cls(**data)
 
 
-def checkpoint_for(ctx: Any, explicit: Path | str | None) -> Path | None:
-    """The checkpoint the agent's gate tools load: ``explicit`` (an agent option), else a ``checkpoint``
-    attribute of the context, else the ``checkpoint`` of the run's ``run.json`` (the record dir's parent);
-    None when none is known."""
-    found = explicit or getattr(ctx, "checkpoint", None)
+def for_context(ctx: Any, checkpoint: Path | str | None, **options: Any) -> GateTools:
+    """``GateTools`` for one iteration. The checkpoint is ``checkpoint`` (an agent option), else a
+    ``checkpoint`` attribute of the context, else the ``checkpoint`` of the run's ``run.json`` (the
+    record dir's parent); the gate runs from ``run.json``'s ``repo_root`` (where the loop's own gate
+    runs), else from the worktree. ``options`` go to ``GateTools`` (``timeout_s``, ``rounds``, ``cmd``)."""
     run_json = Path(ctx.record_dir).parent / "run.json"
-    if not found and run_json.is_file():
-        found = json.loads(run_json.read_text()).get("checkpoint")
-    return Path(found) if found else None
+    run = json.loads(run_json.read_text()) if run_json.is_file() else {}
+    found = checkpoint or getattr(ctx, "checkpoint", None) or run.get("checkpoint")
+    judge = run.get("repo_root")
+    return GateTools(ctx.worktree, ctx.engine_dir, Path(found) if found else None, ctx.target.gpu.name,
+                     seed=agent_seed(ctx), out_dir=Path(ctx.record_dir) / "agent-gate",
+                     judge_dir=Path(judge) if judge else None, **options)
 
 
 def agent_seed(ctx: Any) -> int:
