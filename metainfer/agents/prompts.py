@@ -46,10 +46,18 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _fig(value: Any) -> str:
+    """A measured figure with 4 significant digits (``0.5487``, ``2.686e-05``); other values as they are."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
 def _env(prompts_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(prompts_dir)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=False)
     env.filters["cell"] = _cell
+    env.filters["fig"] = _fig
     return env
 
 
