@@ -59,11 +59,13 @@ class MessagesServer:
         return len(self.script)
 
     def start(self) -> MessagesServer:
+        """Serve in a daemon thread and arm the lifetime timer; returns self."""
         self._thread.start()
         self._timer.start()
         return self
 
     def stop(self) -> None:
+        """Shut the server down and close its socket (idempotent; also called by the lifetime timer)."""
         with self._lock:
             if self._stopped:
                 return
