@@ -32,8 +32,8 @@ def nvfp4_linear_triton(
     """Triton twin of ``reference.nvfp4_linear_ref``.
 
     x: bf16 [M, K] (last dim contiguous); packed: uint8 [N, K/2]; scale: e4m3 [N, K/16];
-    gscale: fp32, one element. Returns bf16 [M, N]. Block sizes must be powers of two with
-    block_k ≥ 32 (GEMV) / ≥ 64 (tl.dot: two K/2-deep dots of ≥ 16... rows).
+    gscale: fp32, one element. Returns bf16 [M, N]. Block sizes are powers of two; block_k ≥ 32
+    (the dot path splits it into even and odd halves, each a ``tl.dot`` of depth ≥ 16), block_m ≥ 16.
     """
     m_rows, k_dim = x.shape
     n_dim = packed.shape[0]
