@@ -127,6 +127,31 @@ def test_sequence_independent_of_batch_and_slot_history(quant, engines):
     assert torch.allclose(reused[0], alone[0]), "prefill alone in a reused slot must be exactly the fresh result on CPU"
 
 
+@pytest.mark.parametrize("tunables", [
+    {"gdn_chunk_size": 16},
+    {"gdn_recurrent_prefill_max_tokens": 1024},
+    {"attention_decode_splits": 8},
+])
+def test_tunables_change_speed_not_results(tunables, engines, engine_mod):
+    import dataclasses
+    import importlib
+
+    eng = engines["bf16"]
+    cache = importlib.import_module(f"{engine_mod['bf16'].__name__}.cache")
+    tuned = engine_mod["bf16"].Engine(
+        eng.model.w, eng.dims, dataclasses.replace(eng.tunables, **tunables), eng.device, cache.CacheConfig(2, 128)
+    )
+    p = prompt(70, seed=31)
+
+    def run(e):
+        r = e.prefill([p[:50]])
+        rows = [r.logits[0]] + [e.decode(r.slots, [t]) for t in p[50:]]
+        e.release(r.slots)
+        return torch.cat(rows)
+
+    assert_logits_close(run(tuned), run(eng), f"tunables {tunables}")
+
+
 def test_errors_name_the_problem(engines):
     eng = engines["bf16"]
     with pytest.raises(ValueError, match="prompt 1 is empty"):

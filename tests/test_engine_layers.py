@@ -91,8 +91,7 @@ def test_gated_deltanet_matches_hf(setup, pieces):
     i = eng.dims.linear_attention_layers[1]
     x = _x(sum(pieces), eng.dims.hidden_size, seed=2)
     w = eng.model.w.layers[i].gdn
-    chunk = eng.tunables.gdn_chunk_size
-    ours = _run_pieces(eng, sub, lambda xp, b: sub["gdn"].gdn_forward(xp, w, i, b, eng.cache, eng.dims, chunk), x, pieces)
+    ours = _run_pieces(eng, sub, lambda xp, b: sub["gdn"].gdn_forward(xp, w, i, b, eng.cache, eng.dims, eng.tunables), x, pieces)
     with torch.no_grad():
         ref = hf.model.layers[i].linear_attn(x[None].float())
     _assert_close(ours, ref[0], f"gated deltanet layer {i}, pieces {pieces}")

@@ -53,13 +53,21 @@ def _head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def attention_forward(
-    x: torch.Tensor, w: AttentionWeights, layer: int, batch: Batch, cache: StateCache, rope: Rope, dims: ModelDims
+    x: torch.Tensor,
+    w: AttentionWeights,
+    layer: int,
+    batch: Batch,
+    cache: StateCache,
+    rope: Rope,
+    dims: ModelDims,
+    decode_splits: int = 0,
 ) -> torch.Tensor:
     """One attention mixer over the packed tokens; appends their K/V to the slots' cache.
 
     Args:
         x: bf16 [T, H], the input-normed hidden states.
         layer: model layer index (selects the cache tensors).
+        decode_splits: tunable ``attention_decode_splits`` (0: SDPA over gathered K/V; N: split-K kernel).
     Returns:
         bf16 [T, H].
     """
@@ -81,7 +89,7 @@ def attention_forward(
     vc[batch.token_slots, batch.positions] = v
     scale = hd**-0.5
     if batch.decode:
-        o = _decode_attention(q, kc, vc, batch, scale)
+        o = _decode_attention(q, kc, vc, batch, scale, decode_splits)
     else:
         o = torch.empty(t, nq, hd, dtype=x.dtype, device=x.device)
         for i, (slot, start, n) in enumerate(zip(batch.slots, batch.starts, batch.lens)):
@@ -98,8 +106,15 @@ def attention_forward(
     return linear(o, w.o_proj)
 
 
-def _decode_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
+def _decode_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int) -> torch.Tensor:
     """One query per sequence against its first ``start + 1`` cached keys; q [B, nq, hd] -> [B, nq, hd]."""
+    if splits:
+        from .kernels import attention_decode as ad  # imports triton; only when asked for
+
+        lens = (batch.positions + 1).to(torch.int32)  # on device: no host sync, graph-safe
+        if q.is_cuda:
+            return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits)
+        return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale)
     lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
     longest = max(batch.starts) + 1
     ks = kc[batch.slots_t, :longest].transpose(1, 2)  # [B, nkv, longest, hd]

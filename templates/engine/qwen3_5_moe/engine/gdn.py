@@ -21,18 +21,19 @@ from .batch import Batch
 from .cache import StateCache
 from .linear import linear
 from .target import ModelDims
+from .tunables import Tunables
 from .weights import GdnWeights
 
 
 def gdn_forward(
-    x: torch.Tensor, w: GdnWeights, layer: int, batch: Batch, cache: StateCache, dims: ModelDims, chunk: int
+    x: torch.Tensor, w: GdnWeights, layer: int, batch: Batch, cache: StateCache, dims: ModelDims, tun: Tunables
 ) -> torch.Tensor:
     """One Gated DeltaNet mixer over the packed tokens, advancing each slot's conv and delta-rule state.
 
     Args:
         x: bf16 [T, H], the input-normed hidden states.
         layer: model layer index (selects the state tensors).
-        chunk: chunk size of the prefill form (tunable ``gdn_chunk_size``).
+        tun: tunables (``gdn_chunk_size``, ``gdn_recurrent_prefill_max_tokens``).
     Returns:
         bf16 [T, H].
     """
@@ -54,8 +55,10 @@ def gdn_forward(
     else:
         mixed = kernels.causal_conv1d_prefill(mixed.contiguous(), conv_state, w.conv, batch.cu_t, batch.slots_t)
         q, k, v = mixed.split([dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
-        o = kernels.gdn_chunk_prefill(
-            q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), g, beta, ssm, batch.cu_t, batch.slots_t, chunk_size=chunk
-        )  # [T, nv, dv]
+        args = (q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), g, beta, ssm, batch.cu_t, batch.slots_t)
+        if max(batch.lens) <= tun.gdn_recurrent_prefill_max_tokens:
+            o = kernels.gdn_recurrent_prefill(*args)  # [T, nv, dv]
+        else:
+            o = kernels.gdn_chunk_prefill(*args, chunk_size=tun.gdn_chunk_size)
     normed = kernels.gated_rmsnorm(o.reshape(t * nv, dv), z.reshape(t * nv, dv).contiguous(), w.norm, dims.rms_norm_eps)
     return linear(normed.reshape(t, dims.value_dim), w.out_proj)

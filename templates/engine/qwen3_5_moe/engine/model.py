@@ -62,9 +62,9 @@ class Model:
         for i, layer in enumerate(self.w.layers):
             x, h = kernels.rmsnorm(mlp_out, layer.input_norm, eps, residual=h) if mlp_out is not None else kernels.rmsnorm(h, layer.input_norm, eps)
             if layer.kind == "full_attention":
-                mix = attention_forward(x, layer.attn, i, batch, cache, self.rope, d)
+                mix = attention_forward(x, layer.attn, i, batch, cache, self.rope, d, self.tunables.attention_decode_splits)
             else:
-                mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables.gdn_chunk_size)
+                mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
             mlp_out = moe_forward(x, layer.moe, d, self.launch)
             if hidden is not None:

@@ -28,6 +28,9 @@ LAUNCH = {
     "moe_num_stages": ("moe", "num_stages"),
 }
 
+#: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
+ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits"}
+
 
 @dataclass(frozen=True)
 class Tunables:
@@ -36,6 +39,12 @@ class Tunables:
     Attributes:
         gdn_chunk_size: tokens per chunk of the chunked Gated DeltaNet prefill (any positive
             size is exact; it trades intra-chunk matmul size against sequential chunk steps).
+        gdn_recurrent_prefill_max_tokens: prefill forwards whose longest piece has at most this
+            many tokens run the delta rule token by token (``kernels.gdn_recurrent_prefill``: no
+            host sync, no tensor cores) instead of chunked; 0 = always chunked.
+        attention_decode_splits: 0 = decode attention by torch SDPA over each batch's gathered
+            K/V; N > 0 = the split-K kernel (``kernels/attention_decode.py``) with N splits per
+            sequence and kv head, reading the cache in place (its torch reference on CPU).
         prefill_chunk_tokens: most prompt tokens ``generate`` packs into one prefill forward;
             longer prompts are prefilled in pieces (chunked prefill).
         max_decode_batch: most sequences ``generate`` decodes in one step; more take turns.
@@ -45,6 +54,8 @@ class Tunables:
     """
 
     gdn_chunk_size: int = 64
+    gdn_recurrent_prefill_max_tokens: int = 0
+    attention_decode_splits: int = 0
     prefill_chunk_tokens: int = 2048
     max_decode_batch: int = 64
     linear_block_m: int | None = None
@@ -73,8 +84,8 @@ def load_tunables(path: str | Path = PATH) -> Tunables:
 
     Raises:
         ValueError: the file is not ``{"values", "space"}`` JSON; a name in ``values`` is
-            unknown or missing; a value is not a positive int (None allowed for launch
-            keywords) or not one of its ``space`` choices. The message names the entry.
+            unknown or missing; a value is not a positive int (0 allowed for ``ZERO_OK``,
+            None for launch keywords) or not one of its ``space`` choices. The message names the entry.
     """
     path = Path(path)
     try:
@@ -94,8 +105,8 @@ def load_tunables(path: str | Path = PATH) -> Tunables:
     for name, value in values.items():
         if value is None and name in LAUNCH:
             pass
-        elif type(value) is not int or value <= 0:
-            allowed = "a positive int or null" if name in LAUNCH else "a positive int"
+        elif type(value) is not int or value < (0 if name in ZERO_OK else 1):
+            allowed = "a positive int or null" if name in LAUNCH else "an int ≥ 0" if name in ZERO_OK else "a positive int"
             raise ValueError(f"{path}: tunable {name}={value!r} must be {allowed}")
         if name in space and value not in space[name]:
             raise ValueError(f"{path}: tunable {name}={value!r} is not one of its choices {space[name]}")
