@@ -22,6 +22,8 @@ from metainfer.targets.quant import QuantSpec
 
 #: activation amax the synthetic ``input_scale`` stands for (only W4A4 kernels read it).
 INPUT_AMAX = 8.0
+#: elements quantized per batched call (fp32 temporaries about 8x this many bytes / 2).
+QUANT_CHUNK = 2**25
 
 
 @dataclass
@@ -53,6 +55,14 @@ def _expert_stack(ctx: GenContext, group: str, proj: str, shape: tuple[int, int]
     return torch.stack(rows)
 
 
+def _quantize_stack(stack: torch.Tensor, device: torch.device) -> NvFp4:
+    """Quantize bf16 [E, N, K] (each expert its own global scale) in batches of at most
+    ``QUANT_CHUNK`` elements, so fp32 temporaries stay around 1 GB at full size."""
+    per = max(1, QUANT_CHUNK // stack[0].numel())
+    parts = [quantize(stack[a : a + per].to(device)) for a in range(0, stack.shape[0], per)]
+    return NvFp4(*(torch.cat([getattr(q, f).cpu() for q in parts]) for f in ("weight", "weight_scale", "weight_scale_2")))
+
+
 def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield the stored tensors (canonical names) of one parameter, in checkpoint order.
 
@@ -80,7 +90,7 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
         for x in range(e):
             yield from ((f"{p.name}.{x}.{proj}.weight", stacks[proj][x].clone()) for proj in shapes)
         return
-    qs = {proj: quantize(stack.to(ctx.device)) for proj, stack in stacks.items()}  # one batched call per projection
+    qs = {proj: _quantize_stack(stack, ctx.device) for proj, stack in stacks.items()}
     del stacks
     for x in range(e):
         for proj, q in qs.items():
