@@ -7,13 +7,21 @@ on first use into a session temp dir and reused. Treat the folder as read-only.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
 import pytest
+import torch
 
 TINY_MODEL = "qwen3.6-35b-a3b-tiny"
 TINY_SEED = 1234
+
+# The CPU suite runs tiny shapes, where intra-op threads only add overhead, and on a shared
+# 2-core machine OpenMP threads spin against other processes (measured: writing the tiny
+# NVFP4 checkpoint took 17.6 s with 2 threads under load, 0.47 s with 1). Override with
+# METAINFER_TEST_THREADS.
+torch.set_num_threads(int(os.environ.get("METAINFER_TEST_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")
