@@ -191,3 +191,23 @@ def test_load_rejects_a_checkpoint_of_another_target(engine_mod, tiny_checkpoint
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             engine_mod["bf16"].load(tiny_checkpoint("bf16"), "cuda")
+
+
+def test_load_names_a_missing_tensor(engine_mod, tiny_checkpoint, tmp_path):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from metainfer.errors import CheckpointError
+
+    ck = shutil.copytree(tiny_checkpoint("bf16"), tmp_path / "ck")
+    index = json.loads((ck / "model.safetensors.index.json").read_text())
+    victim = "model.language_model.layers.5.linear_attn.in_proj_b.weight"
+    shard = ck / index["weight_map"].pop(victim)
+    tensors = load_file(shard)
+    del tensors[victim]
+    save_file(tensors, shard, metadata={"format": "pt"})
+    (ck / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="layers.5.linear_attn.in_proj_b"):
+        engine_mod["bf16"].load(ck, "cpu", max_batch=1, max_seq_len=16)

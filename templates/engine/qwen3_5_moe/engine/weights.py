@@ -211,9 +211,10 @@ def load_weights(reader: CheckpointReader, device: torch.device, dims: ModelDims
     Raises:
         ValueError: the checkpoint's config or format does not match ``dims`` (``check_config``),
             or a weight has a type this engine does not run.
-        metainfer.errors.CheckpointError: a tensor is missing or mis-shaped (from the reader).
+        metainfer.errors.CheckpointError: tensors missing, extra or mis-shaped (``reader.validate``).
     """
     check_config(reader.text_config, reader.quant, dims)
+    reader.validate()  # every missing or mis-shaped tensor named at once, before any copy
     bf16 = dict(device=device, dtype=torch.bfloat16)
     layers = []
     for i, kind in enumerate(dims.layer_types):
