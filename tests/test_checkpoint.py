@@ -245,3 +245,30 @@ def test_fp8_attention_of_a_mixed_checkpoint_reads_as_bf16(tiny_checkpoint, tmp_
     lin = r.get_linear("layers.3.self_attn.o_proj")
     assert lin.weight.dtype == torch.bfloat16 and torch.isfinite(lin.weight.float()).all()
     assert (lin.weight.float() - original).norm() / original.norm() < 0.06
+
+
+def test_unfused_bf16_experts_read_like_fused(tiny_checkpoint, tmp_path):
+    model = get_model(TINY_MODEL)
+    unfused = CheckpointReader(write_checkpoint(model, get_quant("bf16"), tmp_path, TINY_SEED, progress=False, fused_experts=False))
+    fused = CheckpointReader(tiny_checkpoint("bf16"))
+    assert not unfused.fused_experts and unfused.has("layers.2.mlp.experts.15.down_proj.weight")
+    unfused.validate()
+    a, b = unfused.get_experts(2), fused.get_experts(2)
+    assert torch.equal(a.gate_up, b.gate_up) and torch.equal(a.down, b.down)
+    sa, sb = unfused.hf_state_dict(torch.bfloat16), fused.hf_state_dict(torch.bfloat16)
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sb)
+
+
+def test_reader_refuses_broken_folders(tiny_checkpoint, tmp_path):
+    with pytest.raises(CheckpointError, match="no config.json"):
+        CheckpointReader(tmp_path)
+    ckpt = _copy(tiny_checkpoint("bf16"), tmp_path / "ck")
+    (ckpt / "model-00002-of-00005.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model-00002-of-00005.safetensors"):
+        CheckpointReader(ckpt)
+    gptq = _copy(tiny_checkpoint("bf16"), tmp_path / "gptq")
+    config = json.loads((gptq / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (gptq / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="unsupported quantization_config.*gptq"):
+        CheckpointReader(gptq)

@@ -35,6 +35,7 @@ class GenContext:
     convention: str = "modelopt"
     device: torch.device = torch.device("cpu")
     pool: ThreadPoolExecutor | None = None
+    fused_experts: bool | None = None  # None: the real checkpoints' choice (layout.param_tensors)
 
 
 def _nvfp4_pieces(module: str, q: NvFp4, convention: str) -> list[tuple[str, torch.Tensor]]:
@@ -69,7 +70,7 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
     Fused experts: ``gate_up_proj`` bf16 [E, 2I, H] (gate rows first), then ``down_proj`` [E, H, I].
     Unfused experts: per expert gate, up, down, each bf16 or the NVFP4 pieces.
     """
-    layout = param_tensors(p, ctx.quant, convention=ctx.convention)
+    layout = param_tensors(p, ctx.quant, convention=ctx.convention, fused_experts=ctx.fused_experts)
     if p.kind != "experts":
         dense = init_dense(p.name, p.shape, p.kind, ctx.seed).to(torch.bfloat16)
         if p.name in layout and layout[p.name].dtype != torch.uint8:

@@ -80,6 +80,7 @@ def write_checkpoint(
     convention: str = "modelopt",
     progress: bool = True,
     device: str | torch.device | None = None,
+    fused_experts: bool | None = None,
 ) -> Path:
     """Write a checkpoint of ``model`` in format ``quant`` with seeded random weights into ``out``.
 
@@ -97,6 +98,8 @@ def write_checkpoint(
             ``quantization_config``; for testing the reader on that convention).
         device: where NVFP4 quantization runs; default CUDA when present, else CPU (same
             bytes either way). Weights are always drawn on the CPU, experts in parallel threads.
+        fused_experts: store routed experts fused (True) or per expert (False); None = as the
+            real checkpoints do (fused bf16, unfused NVFP4). Fused NVFP4 raises ValueError.
     Returns:
         ``out``.
     Raises:
@@ -107,7 +110,9 @@ def write_checkpoint(
     params = model_params(model.text, gdn_fp32=gdn_fp32(model))
     shard_bytes = shard_bytes or (TINY_SHARD_BYTES if model.tiny else FULL_SHARD_BYTES)
     total = sum(
-        math.prod(s.shape) * s.dtype.itemsize for p in params for s in param_tensors(p, quant, convention=convention).values()
+        math.prod(s.shape) * s.dtype.itemsize
+        for p in params
+        for s in param_tensors(p, quant, convention=convention, fused_experts=fused_experts).values()
     )
     writer = ShardWriter(out, shard_bytes)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -115,7 +120,7 @@ def write_checkpoint(
     with ThreadPoolExecutor(workers) as pool, tqdm(
         total=total, unit="B", unit_scale=True, desc=f"{model.name} {quant.name}", disable=not progress
     ) as bar:
-        ctx = GenContext(quant, seed, convention, device, pool if workers > 1 else None)
+        ctx = GenContext(quant, seed, convention, device, pool if workers > 1 else None, fused_experts)
         for p in params:
             for name, tensor in materialize(p, ctx):
                 writer.add(stored_name(name), tensor)
