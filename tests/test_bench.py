@@ -144,3 +144,44 @@ def test_short_outputs_are_a_bench_error(engine_dir, tiny_checkpoint, tmp_path):
     config = BenchConfig(["conc32"], 1, 7, shapes_for("cpu"), "cpu", get_gpu("cpu"), warmup=0)
     with pytest.raises(BenchError, match="ignore_eos"):
         run_bench(cheat, tiny_checkpoint("bf16"), config)
+
+
+# --- metainfer bench ----------------------------------------------------------------------
+
+def _cli(*args: str) -> tuple[int, str]:
+    """``metainfer bench ARGS`` in-process: (exit status, output); a MetainferError is exit 2 as in ``metainfer.cli.main``."""
+    from typer.testing import CliRunner
+
+    from metainfer.cli import app
+    from metainfer.errors import MetainferError
+
+    r = CliRunner().invoke(app, ["bench", *args])
+    if isinstance(r.exception, MetainferError):
+        return 2, str(r.exception)
+    return r.exit_code, r.output
+
+
+def test_bench_command_rejects_bad_input_before_measuring(engine_dir, tiny_checkpoint):
+    ck = str(tiny_checkpoint("bf16"))
+    common = ("--engine", str(engine_dir), "--checkpoint", ck, "--device", "cpu")
+    rc, text = _cli(*common, "--workload", "decode")
+    assert rc == 2 and "known: ttft, decode-bs1, conc32" in text
+    rc, text = _cli(*common, "--workload", "ttft", "--peer", "vllm")
+    assert rc == 2 and "needs CUDA" in text
+    rc, text = _cli(*common, "--workload", "ttft", "--peer", "sglang")
+    assert rc == 2 and "known peers: hf, vllm" in text
+
+
+@pytest.mark.slow
+def test_bench_command_with_hf_peer(engine_dir, tiny_checkpoint, tmp_path):
+    out = tmp_path / "b.json"
+    rc, text = _cli("--engine", str(engine_dir), "--checkpoint", str(tiny_checkpoint("bf16")), "--workload", "ttft",
+                    "--device", "cpu", "--rounds", "2", "--peer", "hf", "--json", str(out))
+    assert rc == 0, text
+    assert "of roofline" in text and "hf:" in text
+    import json
+
+    d = json.loads(out.read_text())
+    for side in (d["engine"], d["peer"]):
+        assert side["median"] > 0 and len(side["samples"]) == 2 and all(math.isfinite(x) for x in side["samples"])
+    assert d["engine"]["roofline_fraction"] > 0 and d["env"]["torch"]

@@ -35,6 +35,19 @@ class PeerRequest:
 PEERS: dict[str, str] = {"hf": "harness.peers.hf", "vllm": "harness.peers.vllm_runner"}
 
 
+def preflight(name: str, device: str) -> None:
+    """Fail early, before anything is measured, when the peer ``name`` cannot run on ``device``.
+
+    Raises:
+        ValueError: unknown peer.
+        PeerError: the vllm peer asked for without CUDA.
+    """
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; known peers: {', '.join(sorted(PEERS))}")
+    if name == "vllm" and device != "cuda":
+        raise PeerError("the vllm peer needs CUDA and the staged vLLM bundle (harness/peers/vllm/README.md); run it on the GPU machine with --device cuda")
+
+
 def run_peer(name: str, req: PeerRequest) -> dict:
     """Measure ``req`` on the peer ``name``.
 
@@ -42,6 +55,5 @@ def run_peer(name: str, req: PeerRequest) -> dict:
         ValueError: unknown peer (the message lists the known ones).
         PeerError: the peer cannot run here.
     """
-    if name not in PEERS:
-        raise ValueError(f"unknown peer {name!r}; known peers: {', '.join(sorted(PEERS))}")
+    preflight(name, req.device)
     return importlib.import_module(PEERS[name]).run(req)

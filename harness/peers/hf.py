@@ -29,18 +29,20 @@ class HfRunner:
             metainfer.errors.CheckpointError: a bad checkpoint (from the reader).
             RuntimeError: the state dict does not fit the model (missing or unexpected keys).
         """
-        from transformers import Qwen3_5MoeTextConfig
+        from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
         from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
 
         from metainfer.checkpoint import CheckpointReader
 
         reader = CheckpointReader(checkpoint)
-        config = Qwen3_5MoeTextConfig(**reader.text_config)
+        config = Qwen3_5MoeTextConfig(**{k: v for k, v in reader.text_config.items() if k != "model_type"})
         self.device = torch.device(device)
-        with torch.device("meta"):
-            model = Qwen3_5MoeForCausalLM(config)
-        model.load_state_dict(reader.hf_state_dict(dtype), strict=True, assign=True)
-        self.model = model.to(self.device).eval()
+        with self.device:  # built where it runs (rotary buffers included), then overwritten by the checkpoint
+            model = Qwen3_5MoeForCausalLM._from_config(config, dtype=dtype)
+        missing, unexpected = model.load_state_dict(reader.hf_state_dict(dtype), strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"checkpoint does not fit Qwen3_5MoeForCausalLM: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.model = model.eval()
         self.vocab_size = config.vocab_size
 
     @torch.inference_mode()

@@ -25,7 +25,7 @@ def bench(
 
     from harness.bench import BenchConfig, bench_single, shapes_for
     from harness.env import env_info
-    from harness.peers import PeerError, PeerRequest, run_peer
+    from harness.peers import PeerError, PeerRequest, preflight, run_peer
     from harness.workloads import BenchError, parse_workloads
     from metainfer.targets import detect, get_gpu
 
@@ -43,6 +43,11 @@ def bench(
         parse_workloads(workload)
     except ValueError as err:
         raise MetainferError(str(err)) from None
+    if peer:
+        try:
+            preflight(peer, device)
+        except (PeerError, ValueError) as err:
+            raise MetainferError(f"--peer {peer}: {err}") from None
     gpu = detect() if device == "cuda" else get_gpu("cpu")
     shapes = shapes_for("full" if device == "cuda" else "cpu")
     config = BenchConfig([workload], rounds, seed, shapes, device, gpu)
