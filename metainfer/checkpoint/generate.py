@@ -4,7 +4,8 @@ Dense weights are drawn on the CPU (``metainfer.checkpoint.init``, one generator
 name, so values never depend on order, thread or machine) and rounded to bf16; an NVFP4
 weight is ``quantize(bf16 weight)``, so the bf16 and NVFP4 checkpoints of one seed agree.
 The experts of a layer are drawn in parallel threads (torch releases the GIL) and quantized
-in one batched call on ``device`` (CUDA when present: the result is the same as on the CPU).
+in batched calls on ``device`` (CUDA when present; the ops are IEEE divisions and
+round-to-nearest-even casts, so the bytes should match the CPU's: not yet checked on a GPU).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from metainfer.targets.quant import QuantSpec
 
 #: activation amax the synthetic ``input_scale`` stands for (only W4A4 kernels read it).
 INPUT_AMAX = 8.0
-#: elements quantized per batched call (fp32 temporaries about 8x this many bytes / 2).
+#: elements per batched quantize call: 2**25 fp32 = 128 MB, so one call's temporaries stay near 1 GB.
 QUANT_CHUNK = 2**25
 
 

@@ -43,8 +43,8 @@ def checkpoint_config(model: ModelSpec, quant: QuantSpec) -> tuple[dict, dict | 
     legacy ModelOpt ``hf_quant_config.json`` (None for bf16).
 
     config.json's ModelOpt block lists unquantized modules under ``ignore``; the legacy file
-    under ``quantization.exclude_modules`` (ModelOpt ``export_hf_checkpoint``; vLLM
-    ``ModelOptNvFp4Config`` reads both).
+    (ModelOpt ``export_hf_checkpoint``) under ``quantization.exclude_modules``. Patterns are
+    fnmatch wildcards over on-disk module names.
     """
     config = copy.deepcopy(model.config)
     if not quant.quantized:

@@ -101,8 +101,9 @@ def quantize(w: torch.Tensor, global_amax: float | torch.Tensor | None = None) -
     ``weight_scale_2 = amax / (6*448)`` (fp32); per 16-block
     ``weight_scale = e4m3(block_amax / 6 / weight_scale_2)`` (a zero block gets scale 1,
     as ModelOpt does, so nothing divides by zero); codes = round-to-nearest E2M1 of
-    ``w / (float(weight_scale) * weight_scale_2)``. Runs on ``w``'s device; the result is
-    the same on CPU and CUDA (IEEE division, round-to-nearest-even casts).
+    ``w / (float(weight_scale) * weight_scale_2)``. Runs on ``w``'s device (only IEEE
+    divisions and round-to-nearest-even casts, so CPU and CUDA should agree bit for bit;
+    checked on the CPU only).
 
     Args:
         w: float tensor [N, K] (any float dtype; computed in fp32). K must be a multiple of 16.
