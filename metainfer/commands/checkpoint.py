@@ -18,7 +18,8 @@ def checkpoint(
 ) -> None:
     """Write a checkpoint (config.json, safetensors shards, index; NVFP4: ModelOpt quant configs) with seeded random weights.
 
-    Full size is about 71 GB bf16 / 25 GB NVFP4; memory stays at about one 4 GB shard.
+    Full size is about 71 GB bf16 / 25 GB NVFP4; peak memory is about one 4 GB shard plus one
+    layer's experts (a full-width layer peaked at 4.3 GB with 1 GB shards).
     """
     from metainfer.checkpoint import CheckpointReader, write_checkpoint
 
