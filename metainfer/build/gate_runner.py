@@ -72,6 +72,7 @@ class GateOutcome:
         timed_out: the gate ran past its timeout and was killed.
         seconds: wall time of the subprocess.
         error: why the gate is red when it did not say so itself (timeout, crash, unreadable JSON), else None.
+        argv: the gate's command line.
     """
 
     result: dict[str, Any]
@@ -88,12 +89,14 @@ class GateOutcome:
 
 
 def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
-             on_start: Callable[[int], None] | None = None) -> GateOutcome:
+             on_start: Callable[[int], None] | None = None,
+             on_stage: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> GateOutcome:
     """Run the gate for ``req`` with ``cwd`` as the working folder; stdout and stderr go to ``log_path``.
 
     ``on_start(pid)`` is called once the subprocess exists (the loop saves the pid so that a
     resumed run can stop a gate orphaned by a killed loop). On Linux the gate also gets
-    SIGKILL when the loop process dies (``PR_SET_PDEATHSIG``).
+    SIGKILL when the loop process dies (``PR_SET_PDEATHSIG``). ``on_stage(stage, result)`` is
+    called once per finished stage, as it finishes (the gate rewrites its JSON after every stage).
 
     Returns a ``GateOutcome``; never raises for a red, crashed or timed-out gate (only for
     an unwritable ``log_path`` or a missing Python interpreter, which are the caller's bugs).
@@ -109,16 +112,25 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
                                 start_new_session=True, preexec_fn=_die_with_parent)
         if on_start is not None:
             on_start(proc.pid)
+        seen = 0
+        rc: int | None = None
+        timed_out = False
         try:
-            rc: int | None = proc.wait(timeout=req.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc, timed_out = None, True
+            while True:
+                try:
+                    rc = proc.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - t0 > req.timeout_s:
+                        _kill_group(proc)
+                        rc, timed_out = None, True
+                        break
+                seen = _report_stages(json_out, seen, on_stage)
         except BaseException:  # KeyboardInterrupt or the loop being killed: take the gate down with us
             _kill_group(proc)
             raise
     seconds = time.monotonic() - t0
+    _report_stages(json_out, seen, on_stage)
     if timed_out:
         msg = f"gate timed out after {req.timeout_s:.0f}s and was killed"
         with open(log_path, "a") as log:
@@ -153,6 +165,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+_POLL_S = 0.5
+
+
+def _report_stages(json_out: Path, seen: int, on_stage) -> int:
+    """Call ``on_stage`` for the stages the gate JSON lists beyond the first ``seen``; return the new count."""
+    if on_stage is None:
+        return seen
+    try:
+        result = json.loads(json_out.read_text())
+    except (OSError, ValueError):  # not written yet, or caught mid-rename
+        return seen
+    stages = result.get("stages") or []
+    for st in stages[seen:]:
+        on_stage(st, result)
+    return max(seen, len(stages))
 
 
 def _die_with_parent() -> None:

@@ -7,6 +7,7 @@ Shared by ``metainfer build`` (iterations 1..N), its baseline (iteration 0) and
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +72,6 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
 
     with tempfile.TemporaryDirectory(prefix="metainfer-best-") as tmp:
         if against_self:
-            import shutil
-
             best = Path(tmp) / s.worktree.engine_rel
             shutil.copytree(s.worktree.engine_dir, best, ignore=shutil.ignore_patterns("__pycache__"))
         else:
@@ -81,10 +80,10 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
                           seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
                           workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s)
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
-        outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start)
+        outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start,
+                           on_stage=lambda st, result: s.progress.gate_stage(i, st, result))
     if not (d / "gate.json").is_file():
         write_json(d / "gate.json", outcome.result)
-    s.progress.gate_stages(i, outcome.result)
     if outcome.error:
         s.progress.line(i, f"gate error: {outcome.error}")
     return outcome, seed

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.hashing import harness_digest
 from metainfer.agents import BudgetExceeded, ProposalContext, get_agent
-from metainfer.build.config import BuildConfig, BuildError
+from metainfer.build.config import BuildConfig
 from metainfer.build.decision import Decision
 from metainfer.build.iteration import Verdict, judge, read_tunables, write_iteration
 from metainfer.build.progress import Progress
@@ -109,6 +109,7 @@ def baseline(s: Session) -> bool:
     if not verdict.decision.accepted:
         st["status"], st["stop_reason"] = "failed", f"the baseline did not pass: {verdict.decision.reason}"
     s.save()
+    write_summary(s.record)
     return verdict.decision.accepted
 
 
@@ -157,6 +158,7 @@ def iterate(s: Session, agent: Any, i: int) -> None:
     st["in_flight"] = None
     st["next_iteration"] = i + 1
     s.save()
+    write_summary(s.record)
     if stop is not None:
         raise stop
 

@@ -26,16 +26,15 @@ class Progress:
         tag = "run" if iteration is None else f"iter {iteration}"
         print(f"[{tag} +{time.monotonic() - self.t0:.1f}s] {text}", file=self.stream, flush=True)
 
-    def gate_stages(self, iteration: int, result: dict[str, Any]) -> None:
-        """One line per stage of a gate JSON, with its seconds and headline figure."""
-        for st in result.get("stages") or []:
-            name, ok, secs = st.get("name"), st.get("ok"), st.get("seconds") or 0.0
-            extra = ""
-            if name == "parity" and (result.get("parity") or {}).get("max_rel_err") is not None:
-                extra = f" (max rel err {result['parity']['max_rel_err']:.3g})"
-            if name == "bench":
-                obj = (result.get("bench") or {}).get("objective") or {}
-                if obj.get("speedup") is not None:
-                    extra = f" speedup {obj['speedup']:.3f} ± {obj.get('noise') or 0:.3f}"
-            status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"
-            self.line(iteration, f"gate {name} {status}{extra} {secs:.1f}s")
+    def gate_stage(self, iteration: int, st: dict[str, Any], result: dict[str, Any]) -> None:
+        """One line for a finished gate stage (from the gate JSON), with its seconds and headline figure."""
+        name, ok, secs = st.get("name"), st.get("ok"), st.get("seconds") or 0.0
+        extra = ""
+        if name == "parity" and (result.get("parity") or {}).get("max_rel_err") is not None:
+            extra = f" (max rel err {result['parity']['max_rel_err']:.3g})"
+        if name == "bench":
+            obj = (result.get("bench") or {}).get("objective") or {}
+            if obj.get("speedup") is not None:
+                extra = f" speedup {obj['speedup']:.3f} ± {obj.get('noise') or 0:.3f}"
+        status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"
+        self.line(iteration, f"gate {name} {status}{extra} {secs:.1f}s")

@@ -139,8 +139,3 @@ class TargetWorktree:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(dest, filter="data")
         return Path(dest) / self.engine_rel
-
-    def commits(self, limit: int = 200) -> list[git.Commit]:
-        """Commits on the branch that are not on the main checkout's HEAD, newest first."""
-        return list(self.repo.iter_commits(f"{self._main.head.commit.hexsha}..{self.branch}", max_count=limit))
-

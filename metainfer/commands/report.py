@@ -12,7 +12,7 @@ def report(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder of run records (relative to the repo root)"),
 ) -> None:
     """Print the summary table of a build run (regenerating summary.md/.html from its records) and the HTML's path."""
-    from metainfer.build import BuildConfig, RunRecord, summary_markdown, write_summary
+    from metainfer.build import RunRecord, summary_markdown, write_summary
     from metainfer.build.config import find_repo_root
 
     runs = runs_dir if runs_dir.is_absolute() or Path(run).is_dir() else find_repo_root() / runs_dir
