@@ -131,6 +131,7 @@ def test_sequence_independent_of_batch_and_slot_history(quant, engines):
     {"gdn_chunk_size": 16},
     {"gdn_recurrent_prefill_max_tokens": 1024},
     {"attention_decode_splits": 8},
+    {"cuda_graph_max_batch": 1},
 ])
 def test_tunables_change_speed_not_results(tunables, engines, engine_mod):
     import dataclasses
@@ -150,6 +151,36 @@ def test_tunables_change_speed_not_results(tunables, engines, engine_mod):
         return torch.cat(rows)
 
     assert_logits_close(run(tuned), run(eng), f"tunables {tunables}")
+
+
+@pytest.mark.parametrize("quant", ["bf16", "nvfp4"])
+def test_static_padded_decode_matches_eager(quant, engines, engine_mod):
+    """The CUDA-graph decode path (here run eagerly on CPU): 3 sequences padded to a batch of 4
+    through the scratch slot give the logits of the plain decode, and leave no trace."""
+    import dataclasses
+    import importlib
+
+    eng, mod = engines[quant], engine_mod[quant]
+    graphs = importlib.import_module(f"{mod.__name__}.graphs")
+    assert graphs.graph_sizes(8, 64) == [1, 2, 4, 8] and graphs.graph_sizes(6, 64) == [1, 2, 4, 6]
+    assert graphs.graph_sizes(64, 4) == [1, 2, 4] and graphs.graph_sizes(0, 4) == []
+    cache = importlib.import_module(f"{mod.__name__}.cache")
+    tun = dataclasses.replace(eng.tunables, cuda_graph_max_batch=4, attention_decode_splits=8)
+    static = mod.Engine(eng.model.w, eng.dims, tun, eng.device, cache.CacheConfig(4, 256))
+    assert static.graphs is not None and static.graphs.sizes == [1, 2, 4]
+    prompts = [prompt(n, 40 + n) for n in (9, 30, 17)]
+    steps = [prompt(3, 50 + i) for i in range(4)]
+
+    def run(e):
+        r = e.prefill(prompts)
+        rows = [e.decode(r.slots, toks) for toks in steps]
+        e.release(r.slots)
+        return torch.stack(rows, 1)  # [3, steps, V]
+
+    want, got = run(eng), run(static)
+    for i in range(3):
+        assert_logits_close(got[i], want[i], f"static decode, sequence {i}")
+    assert static.cache.lengths[static.cache.scratch_slot] == 0  # padding rows are not sequences
 
 
 def test_errors_name_the_problem(engines):

@@ -11,8 +11,9 @@ on the same checkpoint, differs by 44 % (max over tokens) in the logits. So two 
 differ only in rounding (chunk boundaries, batch shape) are compared in two ways:
 ``first_layer_err``: the first layer's output, where noise has not been amplified yet, per
 token ≤ ``LAYER1_TOL``; ``logits_err``: the median per-token error ≤ ``MEDIAN_TOL``, the
-worst ≤ ``MAX_TOL`` and greedy tokens agreeing on ≥ ``ARGMAX_AGREE`` of the positions. A
-real bug (state not carried, wrong position, slot not reset) gives O(1) errors on most tokens.
+worst ≤ ``MAX_TOL``, and where the greedy token differs, the reference's logit of our token
+within ``ARGMAX_GAP`` of its best (a near tie swapped, never a clearly worse token). A real
+bug (state not carried, wrong position, slot not reset) gives O(1) errors on most tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ TINY = "qwen3.6-35b-a3b-tiny"
 LAYER1_TOL = 2e-2  # a few bf16 ulps (measured ≤ 1.2e-3 between chunk splits)
 MEDIAN_TOL = 3e-2  # measured ≤ 1e-2 between chunk splits and prefill/decode
 MAX_TOL = 0.35  # measured ≤ 0.17 (router flips amplified over 8 layers)
-ARGMAX_AGREE = 0.9
+ARGMAX_GAP = 0.5  # logits; measured ≤ 0.12, a wrong token sits 1-3 below the best (logit std ≈ 1)
 
 
 def render_tiny(quant: str, out: Path):
@@ -45,14 +46,14 @@ def rel_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def assert_logits_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """Close within the rounding-noise bounds above (median, max, greedy agreement); never on NaN."""
+    """Close within the rounding-noise bounds above (median, max, greedy gap); never on NaN."""
     assert torch.isfinite(got).all(), f"{what}: non-finite logits"
     assert want.abs().max() > 0 and want.std() > 0, f"{what}: trivial reference"
     err = rel_rows(got, want)
-    agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    gap = want.max(-1).values - want.gather(1, got.argmax(-1, keepdim=True))[:, 0]
     assert err.median() <= MEDIAN_TOL, f"{what}: median per-token error {err.median():.3g} > {MEDIAN_TOL}"
     assert err.max() <= MAX_TOL, f"{what}: worst token error {err.max():.3g} at {int(err.argmax())} > {MAX_TOL}"
-    assert agree >= ARGMAX_AGREE, f"{what}: greedy tokens agree on {agree:.0%} < {ARGMAX_AGREE:.0%}"
+    assert gap.max() <= ARGMAX_GAP, f"{what}: greedy token at {int(gap.argmax())} is {gap.max():.3g} below the best"
 
 
 def prompt(n: int, seed: int, vocab: int = 1000) -> list[int]:

@@ -2,7 +2,8 @@
 state of the Gated DeltaNet layers, and the slot table.
 
 A slot is one live sequence. Its state is allocated once for ``max_batch`` slots at load
-(no paging: every slot can hold ``max_seq_len`` tokens). Allocating a slot zeroes its GDN
+(no paging: every slot can hold ``max_seq_len`` tokens), plus one scratch slot that is never
+handed out: padding rows of a CUDA-graph decode batch read and write it. Allocating a slot zeroes its GDN
 state (a reused slot must not leak its previous sequence); KV rows need no reset, as
 attention reads only the first ``length`` positions of a slot.
 """
@@ -27,13 +28,14 @@ class CacheConfig:
 class StateCache:
     """The tensors (all allocated at construction on ``device``):
 
-    - ``k[j]``, ``v[j]``: bf16 [max_batch, max_seq_len, nkv, hd] for the j-th full-attention layer;
-    - ``conv[j]``: bf16 [max_batch, conv_dim, W-1], the last W-1 conv inputs (oldest first) of
+    - ``k[j]``, ``v[j]``: bf16 [max_batch + 1, max_seq_len, nkv, hd] for the j-th full-attention layer;
+    - ``conv[j]``: bf16 [max_batch + 1, conv_dim, W-1], the last W-1 conv inputs (oldest first) of
       the j-th GDN layer;
-    - ``ssm[j]``: fp32 [max_batch, nv, dk, dv], the gated-delta-rule state of the j-th GDN layer;
+    - ``ssm[j]``: fp32 [max_batch + 1, nv, dk, dv], the gated-delta-rule state of the j-th GDN layer;
     - ``lengths``: tokens held per slot (python ints).
 
-    ``layer_index[l]`` maps a model layer to its j in the list of its kind.
+    ``layer_index[l]`` maps a model layer to its j in the list of its kind; ``scratch_slot``
+    (= max_batch) is the row padding rows use.
     """
 
     def __init__(self, dims: ModelDims, cfg: CacheConfig, device: torch.device):
@@ -41,7 +43,8 @@ class StateCache:
             raise ValueError(f"max_batch ({cfg.max_batch}) and max_seq_len ({cfg.max_seq_len}) must be at least 1")
         self.cfg = cfg
         self.device = device
-        b, s = cfg.max_batch, cfg.max_seq_len
+        b, s = cfg.max_batch + 1, cfg.max_seq_len
+        self.scratch_slot = cfg.max_batch
         kv_shape = (b, s, dims.num_key_value_heads, dims.head_dim)
         full, lin = dims.full_attention_layers, dims.linear_attention_layers
         self.k = [torch.zeros(kv_shape, dtype=torch.bfloat16, device=device) for _ in full]
@@ -52,7 +55,7 @@ class StateCache:
         self.ssm = [torch.zeros(ssm_shape, dtype=torch.float32, device=device) for _ in lin]
         self.layer_index = {l: j for j, l in enumerate(full)} | {l: j for j, l in enumerate(lin)}
         self.lengths = [0] * b
-        self._free = list(range(b - 1, -1, -1))  # pop() hands out the lowest slot first
+        self._free = list(range(cfg.max_batch - 1, -1, -1))  # pop() hands out the lowest slot first
         self._live: set[int] = set()
 
     @property

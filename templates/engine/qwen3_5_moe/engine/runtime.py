@@ -16,7 +16,8 @@ import torch
 
 from .batch import make_batch
 from .cache import CacheConfig, StateCache
-from .model import Model
+from .graphs import DecodeGraphs, graph_sizes
+from .model import ForwardOut, Model
 from .sampling import SamplingParams, make_generator, sample_batch
 from .target import ModelDims
 from .tunables import Tunables
@@ -68,6 +69,10 @@ class Engine:
         self.max_seq_len = cache_cfg.max_seq_len
         self.model = Model(weights, dims, tunables, device)
         self.cache = StateCache(dims, cache_cfg, device)
+        self.graphs = None
+        if tunables.cuda_graph_max_batch:
+            sizes = graph_sizes(tunables.cuda_graph_max_batch, cache_cfg.max_batch)
+            self.graphs = DecodeGraphs(self.model, self.cache, sizes, device)
 
     # ---- checks -------------------------------------------------------------------------
     def _check_tokens(self, seqs: list[list[int]], what: str) -> None:
@@ -153,6 +158,11 @@ class Engine:
 
     def _run(self, seqs: list[list[int]], slots: list[int], *, decode: bool, last_only: bool, return_hidden: bool):
         starts = [self.cache.lengths[s] for s in slots]
+        if decode and self.graphs is not None and self.graphs.covers(len(slots)):
+            logits = self.graphs.run([s[0] for s in seqs], starts, slots)
+            for s in slots:
+                self.cache.lengths[s] += 1
+            return ForwardOut(logits, None)
         batch = make_batch(seqs, slots, starts, self.device, decode=decode)
         rows = torch.tensor(batch.last_rows, device=self.device) if last_only and not decode else None
         out = self.model.forward(batch, self.cache, rows=rows, return_hidden=return_hidden)

@@ -29,7 +29,7 @@ LAUNCH = {
 }
 
 #: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
-ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits"}
+ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class Tunables:
         attention_decode_splits: 0 = decode attention by torch SDPA over each batch's gathered
             K/V; N > 0 = the split-K kernel (``kernels/attention_decode.py``) with N splits per
             sequence and kv head, reading the cache in place (its torch reference on CPU).
+        cuda_graph_max_batch: 0 = eager decode; N = decode steps of up to N sequences replay
+            CUDA graphs captured at load for batch sizes 1, 2, 4, ..., N (``graphs.py``; needs
+            ``attention_decode_splits > 0`` and NVFP4 experts on CUDA).
         prefill_chunk_tokens: most prompt tokens ``generate`` packs into one prefill forward;
             longer prompts are prefilled in pieces (chunked prefill).
         max_decode_batch: most sequences ``generate`` decodes in one step; more take turns.
@@ -56,6 +59,7 @@ class Tunables:
     gdn_chunk_size: int = 64
     gdn_recurrent_prefill_max_tokens: int = 0
     attention_decode_splits: int = 0
+    cuda_graph_max_batch: int = 0
     prefill_chunk_tokens: int = 2048
     max_decode_batch: int = 64
     linear_block_m: int | None = None
