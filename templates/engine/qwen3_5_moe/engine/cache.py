@@ -84,6 +84,10 @@ class StateCache:
             self._live.add(s)
         return slots
 
+    def is_live(self, slot: int) -> bool:
+        """True if ``slot`` holds a sequence."""
+        return slot in self._live
+
     def check_live(self, slots: list[int]) -> None:
         """Check that every slot is live and none repeats.
 

@@ -191,23 +191,28 @@ class Engine:
         results: list[list[int]] = [[] for _ in prompts]
         prefilling: list[_Request] = []
         running: list[_Request] = []
-        while waiting or prefilling or running:
-            while waiting and self.cache.free_slots:
-                r = waiting.popleft()
-                r.slot = self.cache.allocate(1)[0]
-                prefilling.append(r)
-            if prefilling:
-                finished_prompt = self._prefill_step(prefilling)
-                prefilling = [r for r in prefilling if r not in finished_prompt]
-                running += [r for r in finished_prompt if not self._finish_if_done(r, results)]
-                continue  # admit more before decoding, so prompts are not starved
-            step = running[: self.tunables.max_decode_batch]
-            logits = self._run([[r.out[-1]] for r in step], [r.slot for r in step], decode=True, last_only=True, return_hidden=False).logits
-            for r, t in zip(step, sample_batch(logits, [r.params for r in step], [r.gen for r in step])):
-                r.out.append(t)
-            done = {id(r) for r in step if self._finish_if_done(r, results)}
-            # rotate so that more live sequences than max_decode_batch take turns
-            running = [r for r in running[len(step) :] + step if id(r) not in done]
+        try:
+            while waiting or prefilling or running:
+                while waiting and self.cache.free_slots:
+                    r = waiting.popleft()
+                    r.slot = self.cache.allocate(1)[0]
+                    prefilling.append(r)
+                if prefilling:
+                    finished_prompt = self._prefill_step(prefilling)
+                    prefilling = [r for r in prefilling if r not in finished_prompt]
+                    running += [r for r in finished_prompt if not self._finish_if_done(r, results)]
+                    continue  # admit more before decoding, so prompts are not starved
+                step = running[: self.tunables.max_decode_batch]
+                logits = self._run([[r.out[-1]] for r in step], [r.slot for r in step], decode=True, last_only=True, return_hidden=False).logits
+                for r, t in zip(step, sample_batch(logits, [r.params for r in step], [r.gen for r in step])):
+                    r.out.append(t)
+                done = {id(r) for r in step if self._finish_if_done(r, results)}
+                # rotate so that more live sequences than max_decode_batch take turns
+                running = [r for r in running[len(step) :] + step if id(r) not in done]
+        finally:  # an interrupted call leaves no slot behind
+            live = [r.slot for r in prefilling + running if self.cache.is_live(r.slot)]
+            if live:
+                self.cache.release(live)
         return results
 
     def _prefill_step(self, reqs: list[_Request]) -> list[_Request]:
