@@ -123,3 +123,40 @@ def test_interrupted_generate_frees_its_slots(eng, mod):
     with pytest.raises((ZeroDivisionError, ValueError, RuntimeError)):
         broken.generate([prompt(5, 1), prompt(6, 2)], mod.SamplingParams(max_tokens=3))
     assert broken.cache.free_slots == broken.max_batch
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"seed": 1.5}, "seed"),
+    ],
+)
+def test_sampling_params_are_validated(mod, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mod.SamplingParams(**kwargs)
+
+
+def test_sampler_filters(mod):
+    sampling = importlib.import_module(f"{mod.__name__}.sampling")
+    logits = torch.randn(1024, generator=torch.Generator().manual_seed(0)) * 3
+    top3 = set(torch.topk(logits, 3).indices.tolist())
+    best = int(logits.argmax())
+    sp = mod.SamplingParams(temperature=1.0, top_k=3, seed=0)
+    gen = sampling.make_generator(sp, torch.device("cpu"))
+    draws = [sampling.sample_one(logits, sp, gen) for _ in range(200)]
+    assert set(draws) <= top3 and len(set(draws)) > 1
+    nucleus = mod.SamplingParams(temperature=1.0, top_p=1e-6, seed=0)
+    gen = sampling.make_generator(nucleus, torch.device("cpu"))
+    assert {sampling.sample_one(logits, nucleus, gen) for _ in range(20)} == {best}
+    hot = mod.SamplingParams(temperature=50.0, seed=0)
+    gen = sampling.make_generator(hot, torch.device("cpu"))
+    assert len({sampling.sample_one(logits, hot, gen) for _ in range(50)}) > 20  # flat: many distinct tokens
+    rows = torch.stack([logits, -logits])
+    greedy = mod.SamplingParams()
+    assert sampling.sample_batch(rows, [greedy, greedy], [None, None]) == [best, int((-logits).argmax())]
