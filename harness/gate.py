@@ -47,6 +47,8 @@ class GateArgs:
     scale: str
     workloads: tuple[str, ...]
     json_out: Path
+    parity_lengths: tuple[int, ...] | None = None
+    parity_steps: int | None = None
 
     @property
     def device(self) -> str:
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
     p.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma list of ttft,decode-bs1,conc32")
+    p.add_argument("--parity-lengths", default=None, help="comma list of prompt lengths for a quick parity check (default: docs/PARITY.md's full set)")
+    p.add_argument("--parity-steps", type=int, default=None, help="teacher-forced decode steps per parity prompt (default: docs/PARITY.md)")
     p.add_argument("--json", dest="json_out", required=True, type=Path, help="where the gate JSON goes")
     return p
 
@@ -96,10 +100,16 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
         check_present(a.gpu)
     except (ValueError, MetainferError) as err:
         raise UsageError(str(err)) from None
+    try:
+        lengths = tuple(int(x) for x in a.parity_lengths.split(",")) if a.parity_lengths else None
+    except ValueError:
+        raise UsageError(f"--parity-lengths {a.parity_lengths!r}: expected comma-separated integers such as 1,64,65") from None
+    if (lengths and min(lengths) < 1) or (a.parity_steps is not None and a.parity_steps < 1):
+        raise UsageError("--parity-lengths and --parity-steps must be positive")
     seed = a.seed if a.seed is not None else secrets.randbelow(2**31)
     scale = a.scale or ("cpu" if a.gpu == "cpu" else "full")
     return GateArgs(a.engine.resolve(), a.checkpoint.resolve(), a.baseline.resolve() if a.baseline else None, a.gpu,
-                    stages, seed, a.rounds, scale, workloads, a.json_out)
+                    stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps)
 
 
 def write_json(path: Path, record: dict) -> None:
@@ -120,7 +130,8 @@ def _stage_static(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]
 def _stage_parity(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]:
     from harness.parity import run_parity
 
-    res = run_parity(args.engine, args.checkpoint, seed=args.seed, device=args.device)
+    quick = {k: v for k, v in (("lengths", args.parity_lengths), ("steps", args.parity_steps)) if v is not None}
+    res = run_parity(args.engine, args.checkpoint, seed=args.seed, device=args.device, **quick)
     data = res.to_json()
     record["parity"] = data
     error = None
@@ -149,7 +160,9 @@ def run_gate(args: GateArgs) -> dict:
     record = {
         "schema": SCHEMA, "engine": str(args.engine), "baseline": str(args.baseline) if args.baseline else None,
         "checkpoint": str(args.checkpoint), "seed": args.seed, "gpu_profile": args.gpu, "device": args.device,
-        "stages_selected": list(args.stages), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "stages_selected": list(args.stages),
+        "parity_quick": {"lengths": list(args.parity_lengths) if args.parity_lengths else None, "steps": args.parity_steps}
+        if args.parity_lengths or args.parity_steps else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "harness_digest": harness_digest(), "env": env_info(args.engine),
         "stages": [], "ok": False, "complete": False, "running": None, "parity": None, "bench": None,
     }

@@ -30,7 +30,8 @@ def cheat_engine(rendered: Path, tmp_path: Path, cheat) -> Path:
 
 
 def gate(engine: Path, checkpoint: Path, tmp_path: Path, stages: tuple[str, ...], baseline: Path | None = None) -> dict:
-    args = GateArgs(engine, checkpoint, baseline, "cpu", stages, 11, 1, "cpu", ("conc32",), tmp_path / "gate.json")
+    args = GateArgs(engine, checkpoint, baseline, "cpu", stages, 11, 1, "cpu", ("conc32",), tmp_path / "gate.json",
+                    parity_lengths=(1, 17), parity_steps=2)  # a quick parity: the full set takes minutes here
     return run_gate(args)
 
 
