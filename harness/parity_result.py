@@ -1,0 +1,127 @@
+"""Typed result of a parity run and its table (docs/CONTRACTS.md "The gate", ``parity`` block)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class PromptFigures:
+    """One prompt in one mode, engine against reference (docs/PARITY.md defines every figure).
+
+    Attributes:
+        prompt: prompt name (``len0064``); mode: ``alone`` (batch of one) or ``batched`` (all prompts together).
+        length: prompt tokens P; decode steps follow it.
+        prompt_rel_err: relative L2 of the engine's prefill logits [P, V] against the reference's.
+        decode_rel_err: relative L2 of the teacher-forced decode logits [n, V].
+        max_abs_err: max |e − r| over all P + n logit rows, in logit units.
+        greedy_match / greedy_compared: common prefix of the engine's own greedy tokens and the
+            reference's, within the steps before the first tie (passes iff equal).
+        batch_rel_err: ``batched`` only: relative L2 of the batched run's logits against the same
+            engine's ``alone`` logits (batch invariance).
+        failures: why this entry failed; empty when it passed.
+        layer_errors: on failure, relative L2 per hidden state [L + 1] (0 = embeddings), else None.
+        worst_layer: on failure, the first layer over its tolerance (``layers.3``), else None.
+    """
+
+    prompt: str
+    mode: str
+    length: int
+    prompt_rel_err: float = math.nan
+    decode_rel_err: float = math.nan
+    max_abs_err: float = math.nan
+    greedy_match: int = 0
+    greedy_compared: int = 0
+    batch_rel_err: float | None = None
+    failures: list[str] = field(default_factory=list)
+    layer_errors: list[float] | None = None
+    worst_layer: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True iff no check failed."""
+        return not self.failures
+
+    @property
+    def name(self) -> str:
+        """``<prompt>/<mode>``, e.g. ``len0064/batched``."""
+        return f"{self.prompt}/{self.mode}"
+
+
+@dataclass
+class ParityResult:
+    """Outcome of one parity run.
+
+    Attributes:
+        ok: every entry passed and nothing raised.
+        max_rel_err: the largest prefill-logits relative L2 error over all entries (inf on NaN).
+        tolerance: the prefill-logits tolerance it was held to (relative L2, docs/PARITY.md).
+        max_decode_rel_err / decode_tolerance: the same for the teacher-forced decode logits.
+        worst_prompt: name of the entry with the largest error relative to its tolerance.
+        worst_layer: on failure, the first layer over tolerance in the worst failing entry.
+        prompts: every (prompt, mode) entry.
+        seed: the prompt seed; the run is reproduced by passing it again.
+        reference_dtype / engine_dtype: ``float32`` or ``bfloat16``.
+        tolerances: every threshold used (``Tolerance.as_dict()``).
+        decode_steps: teacher-forced decode steps per prompt.
+        device: where engine and reference ran; seconds: wall time of the run.
+        error: an exception the engine raised (its type and message), else None.
+    """
+
+    ok: bool
+    max_rel_err: float
+    tolerance: float
+    max_decode_rel_err: float
+    decode_tolerance: float
+    worst_prompt: str | None
+    worst_layer: str | None
+    prompts: list[PromptFigures]
+    seed: int
+    reference_dtype: str
+    engine_dtype: str
+    tolerances: dict
+    decode_steps: int
+    device: str
+    seconds: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
+        d = asdict(self)
+        d["prompts"] = [dict(asdict(p), name=p.name, ok=p.ok) for p in self.prompts]
+        return _finite(d)
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def format_table(result: ParityResult) -> str:
+    """A fixed-width text table: one row per entry, then the verdict line."""
+    head = f"{'prompt':<16}{'len':>5}{'prefill rel':>13}{'decode rel':>12}{'max abs':>10}{'greedy':>8}{'batch rel':>11}  verdict"
+    lines = [head, "-" * len(head)]
+    for p in result.prompts:
+        batch = f"{p.batch_rel_err:.2e}" if p.batch_rel_err is not None else "-"
+        verdict = "ok" if p.ok else "FAIL: " + "; ".join(p.failures)
+        if p.worst_layer:
+            verdict += f" (first bad layer {p.worst_layer})"
+        lines.append(
+            f"{p.name:<16}{p.length:>5}{p.prompt_rel_err:>13.2e}{p.decode_rel_err:>12.2e}{p.max_abs_err:>10.3f}"
+            f"{f'{p.greedy_match}/{p.greedy_compared}':>8}{batch:>11}  {verdict}"
+        )
+    lines.append(
+        f"parity {'PASS' if result.ok else 'FAIL'}: max prefill rel err {result.max_rel_err:.3e} (tolerance {result.tolerance:.3g}), "
+        f"max decode rel err {result.max_decode_rel_err:.3e} (tolerance {result.decode_tolerance:.3g}), "
+        f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed}, "
+        f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
+    )
+    if result.error:
+        lines.append(f"engine error: {result.error}")
+    return "\n".join(lines)

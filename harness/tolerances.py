@@ -1,0 +1,94 @@
+"""Parity tolerances per (engine dtype, reference dtype), as decided in docs/PARITY.md.
+
+The figures and their reasoning live in docs/PARITY.md, section "Tolerances"; this file only
+transcribes them. Changing a number here without changing the doc first is a review failure.
+
+Anchor (docs/PARITY.md, "The anchor"): HF's own model run in bfloat16 against the same model in
+float32 on the same tokens, measured on the tiny model. A bfloat16 engine may land at most
+``K = 2`` times as far from the float32 reference as HF-bf16 does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from metainfer.errors import UnknownNameError
+
+#: bfloat16 unit roundoff: 8 significant bits, u = 2^-8 (round-to-nearest error ≤ u·|x|; RMS ≈ u/√3 ≈ 2^-9).
+BF16_U = 2.0**-8
+#: float32 unit roundoff, u = 2^-24.
+FP32_U = 2.0**-24
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Thresholds of one (engine dtype, reference dtype) pair; every error figure is unitless relative L2
+    except where stated.
+
+    Attributes:
+        logits_prompt: max relative L2 of prefill logits [P, V], per prompt.
+        logits_decode: max relative L2 of teacher-forced decode logits [n, V], per prompt.
+        batch: max relative L2 between the engine's batched and alone logits of one prompt.
+        hidden_slope, hidden_cap: per-layer hidden-state threshold, ``min(cap, slope · i)`` for
+            hidden index i ≥ 1 (the output of layer i − 1): error grows about linearly with depth.
+        hidden_embed: threshold at index 0 (the embedding lookup, exact up to storage rounding).
+        tie_floor_rel: slack of the greedy tie rule, times the row's max |logit| (bf16 rounding of the
+            logits themselves; see ``parity_metrics.greedy_agreement``).
+    """
+
+    engine_dtype: str
+    reference_dtype: str
+    logits_prompt: float
+    logits_decode: float
+    batch: float
+    hidden_slope: float
+    hidden_cap: float
+    hidden_embed: float
+    tie_floor_rel: float = BF16_U
+
+    def hidden(self, index: int) -> float:
+        """Threshold for hidden-state index ``index`` (0 = embeddings, i = output of layer i − 1)."""
+        return self.hidden_embed if index == 0 else min(self.hidden_cap, self.hidden_slope * index)
+
+    def as_dict(self) -> dict:
+        """Every field, for the result JSON."""
+        return asdict(self)
+
+
+#: Measured anchor (docs/PARITY.md, "The anchor"): the worst of 30 prompts (3 tiny checkpoints x 10
+#: prompts) of HF-bf16 against HF-fp32.
+ANCHOR_LOGITS_PROMPT = 0.211
+ANCHOR_LOGITS_DECODE = 0.343
+ANCHOR_HIDDEN_SLOPE = 0.043
+#: A bf16 engine may land at most K times as far from the fp32 reference as HF-bf16 does.
+K = 2.0
+
+_BF16_VS_FP32 = Tolerance(
+    "bfloat16", "float32",
+    logits_prompt=0.43,  # K x 0.211, rounded up
+    logits_decode=0.69,  # K x 0.343, rounded up
+    batch=0.43,  # as logits_prompt: two bf16 paths may differ as much as either from the reference
+    hidden_slope=0.087,  # K x 0.043, rounded up
+    hidden_cap=0.43,
+    hidden_embed=BF16_U,
+)
+
+TOLERANCES: dict[tuple[str, str], Tolerance] = {
+    ("bfloat16", "float32"): _BF16_VS_FP32,
+}
+
+
+def get_tolerance(engine_dtype: str, reference_dtype: str) -> Tolerance:
+    """The tolerance for an engine computing in ``engine_dtype`` against a reference in ``reference_dtype``.
+
+    Raises:
+        UnknownNameError: the pair has no decided tolerance; the message lists the decided pairs.
+    """
+    try:
+        return TOLERANCES[(engine_dtype, reference_dtype)]
+    except KeyError:
+        known = ", ".join(f"{e} vs {r}" for e, r in TOLERANCES)
+        raise UnknownNameError(
+            f"no parity tolerance decided for a {engine_dtype} engine against a {reference_dtype} reference; "
+            f"decided: {known} (add one to docs/PARITY.md first, then harness/tolerances.py)"
+        ) from None

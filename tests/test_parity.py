@@ -1,0 +1,281 @@
+"""The parity gate: comparison functions on hand-made tensors, the HF reference, and end to end through
+the real CLI on rendered tiny engines (good, broken at one layer, NaN, constant logits)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from harness.parity_metrics import (
+    first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, rel_l2, top2_margin, trivial_reason,
+)
+from harness.parity_result import ParityResult, PromptFigures, format_table
+from harness.prompts import LENGTHS, make_prompts
+from harness.tolerances import get_tolerance
+from metainfer.cli import app
+from metainfer.errors import CheckpointError, UnknownNameError
+
+TINY = "qwen3.6-35b-a3b-tiny"
+
+
+# ---- comparison functions on hand-made tensors -------------------------------------------------
+
+def test_rel_l2_and_max_abs_exact_values():
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(5, 64, generator=g)
+    d = torch.randn(5, 64, generator=g)
+    e = r + 0.01 * d
+    assert rel_l2(e, r) == pytest.approx(0.01 * float(d.norm() / r.norm()), rel=1e-5)
+    assert max_abs(e, r) == pytest.approx(0.01 * float(d.abs().max()), rel=1e-6)
+    assert rel_l2(r, r) == 0.0
+
+
+def test_nan_and_inf_never_pass():
+    r = torch.randn(3, 32)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        e = r.clone()
+        e[1, 7] = bad
+        assert rel_l2(e, r) == math.inf and max_abs(e, r) == math.inf
+        assert not rel_l2(e, r) <= 1e9
+        assert "non-finite" in trivial_reason(e, r)
+    assert first_bad_layer([0.0, float("nan"), 0.0], [1.0, 1.0, 1.0]) == 1
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="shape"):
+        rel_l2(torch.ones(2, 3), torch.ones(3, 2))
+    with pytest.raises(ValueError, match="zeros"):
+        rel_l2(torch.ones(4), torch.zeros(4))
+    with pytest.raises(ValueError, match="reference itself"):
+        rel_l2(torch.ones(2), torch.tensor([1.0, float("nan")]))
+
+
+def test_trivial_outputs_are_named():
+    g = torch.Generator().manual_seed(1)
+    r = torch.randn(4, 100, generator=g)
+    assert trivial_reason(r + 0.01 * torch.randn(4, 100, generator=g), r) is None
+    assert "constant" in trivial_reason(torch.zeros(4, 100), r)
+    assert "constant" in trivial_reason(torch.full((4, 100), 3.5), r)
+    flat_row = r.clone()
+    flat_row[2] = 1.0 + 1e-6 * torch.randn(100, generator=g)  # near-zero variance at one position
+    assert "position 2" in trivial_reason(flat_row, r)
+    assert "every position" in trivial_reason(r[0].expand(4, 100).clone(), r)
+
+
+def test_greedy_agreement_stops_at_first_tie():
+    ref = [0, 1, 2, 3]
+    r = torch.full((4, 6), -1.0)
+    for j, t in enumerate(ref):
+        r[j, t] = 1.0  # the reference's token leads by 2.0 everywhere ...
+    r[2, 5] = 0.9  # ... except step 2, where id 5 is 0.1 behind
+    e = r + 0.08 * torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])  # engine logit errors of 0.08
+    assert greedy_agreement(ref, ref, e, r, floor_rel=0.0) == (4, 4)
+    # step 2 picks id 5: 0.1 <= 0.08 + 0.08, a tie: comparison ends there and passes
+    assert greedy_agreement([0, 1, 5, 4], ref, e, r, floor_rel=0.0) == (2, 2)
+    # step 1 picks id 4: 2.0 > 0.16, not explained by the logit errors: fails
+    assert greedy_agreement([0, 4, 2, 3], ref, e, r, floor_rel=0.0) == (1, 2)
+    # the same tie with smaller errors is no longer excused, unless the floor covers it
+    assert greedy_agreement([0, 1, 5, 3], ref, r, r, floor_rel=0.0) == (2, 3)
+    assert greedy_agreement([0, 1, 5, 3], ref, r, r, floor_rel=0.2) == (2, 2)
+    nan = e.clone()
+    nan[2, 5] = float("nan")
+    assert greedy_agreement([0, 1, 5, 3], ref, nan, r, floor_rel=1.0) == (2, 3)  # NaN is never a tie
+    assert greedy_agreement([0, 1, 99, 3], ref, e, r, floor_rel=1.0) == (2, 3)  # out-of-vocab id
+    with pytest.raises(ValueError, match="generated 3 tokens"):
+        greedy_agreement([0, 1, 2], ref, e, r, floor_rel=0.0)
+
+
+def test_top2_margin():
+    r = torch.tensor([[3.0, 1.0, 2.5], [0.0, 10.0, -1.0]])
+    assert top2_margin(r).tolist() == pytest.approx([0.5, 10.0])
+
+
+def test_layer_errors_name_first_bad_layer():
+    g = torch.Generator().manual_seed(2)
+    r = torch.randn(5, 7, 16, generator=g)
+    e = r.clone()
+    e[3:] += 0.5 * torch.randn(2, 7, 16, generator=g)  # index 3 = output of layer 2, and what follows
+    errs = layer_errors(e, r)
+    assert errs[:3] == [0.0, 0.0, 0.0] and errs[3] > 0.1
+    bad = first_bad_layer(errs, [0.05] * 5)
+    assert bad == 3 and layer_name(bad) == "layers.2" and layer_name(0) == "embed_tokens"
+    assert first_bad_layer([0.01] * 5, [0.05] * 5) is None
+
+
+def test_prompts_are_seeded_and_cover_block_sizes():
+    a, b = make_prompts(7, 1024), make_prompts(7, 1024)
+    assert [p.tokens for p in a] == [p.tokens for p in b]
+    assert [p.tokens for p in make_prompts(8, 1024)] != [p.tokens for p in a]
+    assert [len(p.tokens) for p in a] == list(LENGTHS)
+    assert {63, 64, 65, 127, 128, 129, 1, 2, 3} <= set(LENGTHS) and max(LENGTHS) >= 256
+    toks = torch.tensor([t for p in a for t in p.tokens])
+    assert toks.min() >= 0 and toks.max() < 1024 and len(set(toks.tolist())) > 500
+    with pytest.raises(ValueError):
+        make_prompts(0, 1024, (3, 3))
+
+
+def test_result_json_is_strict_json_and_table_names_failures():
+    fig = PromptFigures("len0064", "batched", 64, prompt_rel_err=math.inf, decode_rel_err=0.5, max_abs_err=math.nan,
+                        failures=["non-finite logits"], worst_layer="layers.3")
+    res = ParityResult(False, math.inf, 0.3, 0.5, 0.6, fig.name, "layers.3", [fig], 7, "float32", "bfloat16", {}, 16, "cpu")
+    text = json.dumps(res.to_json(), allow_nan=False)
+    back = json.loads(text)
+    assert back["max_rel_err"] == "inf" and back["prompts"][0]["ok"] is False and back["worst_layer"] == "layers.3"
+    table = format_table(res)
+    assert "FAIL" in table and "layers.3" in table and "len0064/batched" in table
+
+
+def test_tolerance_lookup():
+    tol = get_tolerance("bfloat16", "float32")
+    assert 0 < tol.logits_prompt < 1 and 0 < tol.logits_decode < 1
+    assert tol.hidden(0) < tol.hidden(1) < tol.hidden(2) <= tol.hidden(1000) == tol.hidden_cap
+    with pytest.raises(UnknownNameError, match="decided"):
+        get_tolerance("float16", "float32")
+
+
+# ---- the HF reference ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint):
+    from harness.reference import Reference
+
+    return Reference.from_checkpoint(tiny_checkpoint("bf16"), dtype=torch.float32)
+
+
+def test_reference_hidden_states_and_greedy_are_consistent(reference):
+    tokens = make_prompts(3, reference.vocab_size, (9,))[0].tokens
+    hidden = reference.hidden_states(tokens)
+    assert hidden.shape == (reference.num_layers + 1, 9, reference.model.config.hidden_size)
+    with torch.no_grad():  # final norm + lm_head of the last hidden state = the logits
+        logits = reference.model.lm_head(reference.model.model.norm(hidden[-1]))
+    assert rel_l2(logits, reference.logits(tokens)) < 1e-5
+    run = reference.run(tokens, 4)
+    assert run.logits.shape == (13, reference.vocab_size)
+    assert run.continuation == run.logits[8:12].argmax(-1).tolist()  # greedy = teacher-forced argmax in fp32
+    with pytest.raises(ValueError, match="outside"):
+        reference.logits([reference.vocab_size])
+
+
+def test_reference_loading_is_strict(tiny_checkpoint):
+    from harness.reference import Reference
+    from metainfer.checkpoint import CheckpointReader
+
+    reader = CheckpointReader(tiny_checkpoint("nvfp4"))
+    sd = reader.hf_state_dict(torch.float32)
+    assert any("experts.gate_up_proj" in k for k in sd)  # NVFP4 experts arrive fused and dequantized
+    missing = dict(sd)
+    missing.pop("model.layers.3.self_attn.q_norm.weight")
+    with pytest.raises(CheckpointError, match="q_norm"):
+        Reference.from_state_dict(reader.text_config, missing)
+    extra = dict(sd, **{"model.layers.0.bogus.weight": torch.ones(2)})
+    with pytest.raises(CheckpointError, match="bogus"):
+        Reference.from_state_dict(reader.text_config, extra)
+
+
+# ---- end to end: rendered engines through the real CLI ---------------------------------------
+
+QUICK = ("--lengths", "1,3,65", "--steps", "4")
+
+
+def _metainfer(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("metainfer")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "metainfer.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory):
+    """quant -> a fresh copy of the rendered tiny CPU engine folder (rendered once per quant)."""
+    root = tmp_path_factory.mktemp("engines")
+    done: dict[str, Path] = {}
+
+    def get(quant: str, copy_to: Path | None = None) -> Path:
+        if quant not in done:
+            proc = _metainfer("render", "--model", TINY, "--quant", quant, "--gpu", "cpu", "--out", str(root))
+            assert proc.returncode == 0, proc.stderr
+            done[quant] = root / f"{TINY}-{quant}-cpu"
+        if copy_to is None:
+            return done[quant]
+        shutil.copytree(done[quant], copy_to)
+        return copy_to
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["bf16", "nvfp4"])
+def test_tiny_engine_passes_parity_through_cli(quant, rendered, tiny_checkpoint, tmp_path):
+    out = tmp_path / "parity.json"
+    proc = _metainfer("parity", "--engine", str(rendered(quant)), "--checkpoint", str(tiny_checkpoint(quant)),
+                      "--json", str(out), "--seed", "11")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["ok"] is True and data["seed"] == 11 and data["reference_dtype"] == "float32"
+    assert 0 < data["max_rel_err"] <= data["tolerance"] and 0 < data["max_decode_rel_err"] <= data["decode_tolerance"]
+    assert len(data["prompts"]) == 2 * len(LENGTHS) and all(p["ok"] for p in data["prompts"])
+    assert "parity PASS" in proc.stdout
+
+
+def _break(engine: Path, old: str, new: str) -> None:
+    model = engine / "engine" / "model.py"
+    text = model.read_text()
+    assert text.count(old) == 1, f"the engine template changed: {old!r} not found once in {model}"
+    model.write_text(text.replace(old, new))
+
+
+def test_broken_layer_fails_and_is_named(rendered, tiny_checkpoint, tmp_path):
+    engine = rendered("bf16", tmp_path / "broken")
+    old = "mlp_out = moe_forward(x, layer.moe, d, self.launch)"
+    _break(engine, old, old + " * (3.0 if i == 5 else 1.0)")  # layer 5's MoE output tripled
+    out = tmp_path / "parity.json"
+    proc = CliRunner().invoke(app, ["parity", "--engine", str(engine), "--checkpoint", str(tiny_checkpoint("bf16")),
+                                    "--json", str(out), "--seed", "3", *QUICK])  # the real CLI, in process
+    assert proc.exit_code == 1, proc.output
+    data = json.loads(out.read_text())
+    assert data["ok"] is False and data["worst_layer"] == "layers.5"
+    assert "parity FAIL" in proc.output and "layers.5" in proc.output
+    bisected = [p for p in data["prompts"] if p["layer_errors"]]
+    assert bisected and all(max(p["layer_errors"][:6]) < 0.1 < p["layer_errors"][6] for p in bisected)
+
+
+def test_quick_parity_passes_in_process(rendered, tiny_checkpoint):
+    from harness.parity import run_parity
+
+    res = run_parity(rendered("nvfp4"), tiny_checkpoint("nvfp4"), seed=4, lengths=(2, 64))
+    assert res.ok, format_table(res)
+    assert 0 < res.max_rel_err <= res.tolerance and 0 < res.max_decode_rel_err <= res.decode_tolerance
+    assert res.worst_layer is None and res.error is None
+    assert [p.name for p in res.prompts] == ["len0002/alone", "len0002/batched", "len0064/alone", "len0064/batched"]
+
+
+@pytest.mark.parametrize("poison, reason", [
+    ('.index_fill(-1, torch.tensor([7], device=x.device), float("nan"))', "non-finite"),
+    (" * 0.0 + 1.0", "constant"),
+])
+def test_nan_and_constant_logits_fail(poison, reason, rendered, tiny_checkpoint, tmp_path):
+    from harness.parity import run_parity
+
+    engine = rendered("bf16", tmp_path / "poisoned")
+    _break(engine, "return ForwardOut(self.lm_head(x),", f"return ForwardOut(self.lm_head(x){poison},")
+    res = run_parity(engine, tiny_checkpoint("bf16"), seed=2, lengths=(1, 65), steps=4)
+    assert not res.ok and all(not p.ok for p in res.prompts)
+    assert all(any(reason in f for f in p.failures) for p in res.prompts)
+    if reason == "non-finite":
+        assert res.max_rel_err == math.inf and json.loads(json.dumps(res.to_json()))["max_rel_err"] == "inf"
+
+
+def test_bad_input_exits_2(tiny_checkpoint, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _metainfer("parity", "--engine", str(empty), "--checkpoint", str(tiny_checkpoint("bf16")))
+    assert proc.returncode == 2 and "metainfer render" in proc.stderr
+    proc = _metainfer("parity", "--engine", str(empty), "--checkpoint", str(empty))
+    assert proc.returncode == 2 and "error:" in proc.stderr
