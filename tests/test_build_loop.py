@@ -179,10 +179,14 @@ def test_outside_paths_and_harness_edits_are_rejected_without_a_gate(given_basel
     hashing = (repo / "harness/hashing.py").read_text()
     (tmp_path / "p1.diff").write_text(_patch("harness/hashing.py", hashing, hashing + "# relax the judge\n", "edit the judge"))
     (tmp_path / "p2.diff").write_text(_patch("README.md", "", "hello\n", "write a README").replace("--- a/README.md", "--- /dev/null"))
+    (tmp_path / "p3.diff").write_text(_patch(f"{ENGINE}/test_knobs.py", "SLOW_FACTOR = 7\n", "SLOW_FACTOR = 8\n", "stale"))
     head = _git(repo, "rev-parse", f"metainfer/{TARGET}")
-    metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "2",
-              "--script", str(tmp_path / "p1.diff"), "--script", str(tmp_path / "p2.diff"))
-    r1, r2 = _report(runs, run_id, 1), _report(runs, run_id, 2)
+    metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "3",
+              *(f"--script={tmp_path / f'p{k}.diff'}" for k in (1, 2, 3)))
+    r1, r2, r3 = (_report(runs, run_id, i) for i in (1, 2, 3))
+    # a patch that does not apply is the agent failing: a rejected iteration with the traceback kept
+    assert not r3["accepted"] and r3["reason"].startswith("agent error") and "does not apply" in r3["reason"]
+    assert "Traceback" in json.loads((runs / run_id / "iter-003" / "transcript.json").read_text())["error"]
     assert not r1["accepted"] and "outside" in r1["reason"] and "harness/hashing.py" in r1["reason"] and r1["gate"] is None
     assert not r2["accepted"] and "README.md" in r2["reason"]
     assert "relax the judge" in (runs / run_id / "iter-001" / "candidate.diff").read_text()
@@ -203,6 +207,17 @@ def test_gate_timeout_is_a_rejected_iteration(given_baseline, tmp_path):
     assert "killed" in (runs / run_id / "iter-001" / "gate.log").read_text()
     st = _state(runs, run_id)
     assert st["status"] == "finished" and st["next_iteration"] == 2 and st["best"]["iteration"] == 0
+
+
+def test_time_limit_stops_at_an_iteration_boundary(given_baseline, tmp_path):
+    repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
+    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (1.0, 1.0), (0.0, 1.0))
+    metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "3", "--time-limit", "0.001",
+              "--script", str(faster))
+    st = _state(runs, run_id)
+    assert st["status"] == "stopped" and st["stop_reason"].startswith("time limit of 0.001 min reached")
+    assert st["next_iteration"] == 1 and not (runs / run_id / "iter-001").exists()
+    assert "stopped" in (runs / run_id / "summary.md").read_text()
 
 
 def test_resume_after_sigkill_mid_gate_redoes_the_iteration(given_baseline, tmp_path):

@@ -29,7 +29,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     """Validate options, check the GPU, open or create the run record, the worktree and the checkpoint.
 
     On ``config.resume`` the target, agent, seed and gate settings come from ``run.json``;
-    a given ``config.iterations``, ``config.gate_timeout_s`` or ``config.agent`` (with its options) replaces the run's. A new run refuses a worktree
+    a given ``config.iterations``, ``gate_timeout_s``, ``time_limit_min``, ``budget_usd`` or ``agent``
+    (with its options) replaces the run's. A new run refuses a worktree
     with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
 
     Returns:
@@ -52,6 +53,10 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
             st["iterations"] = config.iterations
         if config.gate_timeout_s is not None:
             st["gate"]["timeout_s"] = config.gate_timeout_s
+        if config.time_limit_min is not None:
+            st["budget"]["time_limit_min"] = config.time_limit_min
+        if config.budget_usd is not None:
+            st["budget"]["budget_usd"] = config.budget_usd
         if config.agent is not None:  # e.g. new patches for the scripted agent: iteration k still applies patch k
             st["agent"], st["agent_options"] = config.agent, config.agent_options
         st["status"], st["stop_reason"], st["ended"] = "running", None, None
