@@ -315,3 +315,30 @@ def test_scripted_run_commits_the_faster_and_rejects_broken_and_slower(tmp_path,
     assert "drop the sleep" in rep.stdout and "summary.html" in rep.stdout
     assert "[iter 2]" in out.stderr or "[iter 2 " in out.stderr
     assert _checkout(repo) == before  # the user's HEAD, branch and working tree untouched
+
+
+def test_resume_adopts_a_commit_made_just_before_the_kill(given_baseline, tmp_path):
+    """Killed between the commit and the record: resume records the commit as accepted, never gates or commits it again."""
+    repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
+    wt = repo / ".metainfer/worktrees" / TARGET
+    _git(repo, "worktree", "add", "-q", str(wt), f"metainfer/{TARGET}")
+    (wt / ENGINE / "test_knobs.py").write_text(KNOBS.format(slow=0.0, scale=1.0))
+    _git(wt, "add", "-A")
+    _git(wt, "commit", "-q", "-m", f"drop the sleep\n\nSpeedup: 1.9000\nGate-Seed: 1\nRun-Id: {run_id}\nIteration: 1\n")
+    sha = _git(wt, "rev-parse", "HEAD")
+    gate = {"schema": 1, "ok": True, "stages": [{"name": n, "ok": True, "seconds": 1.0, "error": None}
+                                                 for n in ("static", "parity", "bench")],
+            "parity": {"ok": True, "max_rel_err": 0.003, "tolerance": 0.03},
+            "bench": {"scaled_down": True, "workloads": {}, "objective": {"speedup": 1.9, "noise": 0.1, "beats_baseline": True}}}
+    (runs / run_id / "iter-001").mkdir()
+    (runs / run_id / "iter-001" / "gate.json").write_text(json.dumps(gate))
+    st = _state(runs, run_id)
+    st.update({"status": "running", "in_flight": {"iteration": 1, "gate_pid": None}})
+    (runs / run_id / "run.json").write_text(json.dumps(st))
+    p = metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "1")
+    assert "adopted commit" in p.stderr
+    r = _report(runs, run_id, 1)
+    assert r["accepted"] and r["commit"] == sha and r["cumulative_speedup"] == pytest.approx(1.9)
+    st = _state(runs, run_id)
+    assert st["best"] == {"iteration": 1, "commit": sha, "cumulative_speedup": pytest.approx(1.9)} and st["next_iteration"] == 2
+    assert _git(repo, "rev-parse", f"metainfer/{TARGET}") == sha  # not committed twice
