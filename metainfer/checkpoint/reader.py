@@ -211,21 +211,29 @@ class CheckpointReader:
         Keys: ``model.embed_tokens.weight``, ``model.layers.<i>.*`` (experts as
         ``mlp.experts.gate_up_proj`` [E, 2I, H] and ``mlp.experts.down_proj`` [E, H, I]),
         ``model.norm.weight``, ``lm_head.weight``. Loads the whole text model into memory:
-        meant for the tiny twin and for the reference on a big machine.
+        meant for the tiny twin; at full size stream ``iter_hf_tensors`` instead.
+
+        Raises:
+            CheckpointError: a tensor is missing.
+        """
+        return dict(self.iter_hf_tensors(dtype))
+
+    def iter_hf_tensors(self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        """``(name, tensor)`` pairs of ``hf_state_dict``, one parameter at a time, computed on ``device``
+        (CPU by default): a consumer that copies each into a model holds one layer's experts at a time.
 
         Raises:
             CheckpointError: a tensor is missing.
         """
         from metainfer.checkpoint.layout import model_params
 
-        out: dict[str, torch.Tensor] = {}
         for p in model_params(self.text_config, mtp=False):
             key = p.name if p.name.startswith("lm_head.") else f"model.{p.name}"
             if p.kind == "experts":
-                gate_up, down = self.get_experts(int(p.name.split(".")[1])).fused_dense(dtype)
-                out[f"{key}.gate_up_proj"], out[f"{key}.down_proj"] = gate_up, down
+                gate_up, down = self.get_experts(int(p.name.split(".")[1])).fused_dense(dtype, device)
+                yield f"{key}.gate_up_proj", gate_up
+                yield f"{key}.down_proj", down
             elif p.name.endswith(".weight") and len(p.shape) == 2:
-                out[key] = self.get_linear(p.name[: -len(".weight")]).dense(dtype)
+                yield key, self.get_linear(p.name[: -len(".weight")]).dense(dtype, device)
             else:
-                out[key] = self.get(p.name).to(dtype)
-        return out
+                yield key, self.get(p.name).to(device=device, dtype=dtype)

@@ -20,9 +20,9 @@ class Bf16Linear:
         """Dense (N, K)."""
         return tuple(self.weight.shape)
 
-    def dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The weight as a dense [N, K] tensor of ``dtype``."""
-        return self.weight.to(dtype)
+    def dense(self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+        """The weight as a dense [N, K] tensor of ``dtype`` (on ``device``, default where it is)."""
+        return self.weight.to(device=device, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,10 @@ class NvFp4Linear:
         """Dense (N, K)."""
         return (self.weight.shape[0], self.weight.shape[1] * 2)
 
-    def dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Dequantized dense [N, K] weight of ``dtype`` (computed in fp32)."""
-        return dequantize(self.weight, self.weight_scale, self.weight_scale_2, dtype)
+    def dense(self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+        """Dequantized dense [N, K] weight of ``dtype`` (computed in fp32 on ``device``, default where it is)."""
+        w, s, s2 = (t.to(device) for t in (self.weight, self.weight_scale, self.weight_scale_2))
+        return dequantize(w, s, s2, dtype)
 
 
 @dataclass(frozen=True)
@@ -73,17 +74,18 @@ class ExpertWeights:
         """True for per-expert NVFP4 lists."""
         return self.gate is not None
 
-    def fused_dense(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dense fused (gate_up [E, 2I, H], down [E, H, I]) of ``dtype``, dequantizing NVFP4 experts."""
+    def fused_dense(self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dense fused (gate_up [E, 2I, H], down [E, H, I]) of ``dtype``, dequantizing NVFP4 experts
+        (on ``device``, default where the tensors are: dequantizing a full-size layer is fast on a GPU)."""
         if not self.quantized:
-            return self.gate_up.to(dtype), self.down.to(dtype)
-        gate, up, down = (_dense_stack(x, dtype) for x in (self.gate, self.up, self.down))
+            return self.gate_up.to(device=device, dtype=dtype), self.down.to(device=device, dtype=dtype)
+        gate, up, down = (_dense_stack(x, dtype, device) for x in (self.gate, self.up, self.down))
         return torch.cat([gate, up], dim=1), down
 
 
-def _dense_stack(linears: list[NvFp4Linear], dtype: torch.dtype) -> torch.Tensor:
+def _dense_stack(linears: list[NvFp4Linear], dtype: torch.dtype, device: torch.device | str | None = None) -> torch.Tensor:
     """Dequantize E same-shaped NVFP4 linears at once: [E, N, K], each with its own global scale."""
     return dequantize(
-        torch.stack([x.weight for x in linears]), torch.stack([x.weight_scale for x in linears]),
-        torch.stack([x.weight_scale_2.reshape(()) for x in linears]), dtype,
+        torch.stack([x.weight for x in linears]).to(device), torch.stack([x.weight_scale for x in linears]).to(device),
+        torch.stack([x.weight_scale_2.reshape(()) for x in linears]).to(device), dtype,
     )
