@@ -109,11 +109,19 @@ def judge(s: Session, i: int, summary: str, diff: CandidateDiff, harness_before:
 def write_iteration(s: Session, i: int, *, summary: str, diff: CandidateDiff, verdict: Verdict, proposal: Any = None,
                     error: str | None = None, started: str, agent_seconds: float = 0.0, tunables: dict | None = None,
                     cumulative: float | None = None) -> dict[str, Any]:
-    """Write ``candidate.diff``, ``transcript.json``, ``report.md`` and (last) ``report.json`` for iteration ``i``."""
+    """Write ``candidate.diff``, ``transcript.json``, ``report.md`` and (last) ``report.json`` for iteration ``i``.
+
+    A ``transcript.json`` the agent wrote itself is kept; the loop's traceback then goes to ``agent_error.txt``
+    (and always into ``report.json``'s ``error``).
+    """
     d = s.record.iter_dir(i)
     write_text(d / "candidate.diff", diff.text)
     transcript = getattr(proposal, "transcript", None)
-    write_json(d / "transcript.json", {"transcript": transcript if transcript is not None else [], "error": error})
+    if (d / "transcript.json").is_file():  # the agent wrote its own (LLM agents do, turn by turn): keep it
+        if error:
+            write_text(d / "agent_error.txt", error)
+    else:
+        write_json(d / "transcript.json", {"transcript": transcript if transcript is not None else [], "error": error})
     o = verdict.outcome
     report = {
         "iteration": i, "summary": summary, "expected_gain": getattr(proposal, "expected_gain", ""),

@@ -11,12 +11,15 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import shutil
 import time
 import traceback
 from typing import Any
 
 from harness.hashing import harness_digest
-from metainfer.agents import BudgetExceeded, ProposalContext, get_agent
+from metainfer.agents import AGENTS, BudgetExceeded, ProposalContext, get_agent
 from metainfer.build.config import BuildConfig
 from metainfer.build.decision import Decision
 from metainfer.build.iteration import Verdict, judge, read_tunables, write_iteration
@@ -40,7 +43,7 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
     s, agent_name, agent_options = open_session(config, progress or Progress())
     st = s.record.state
     try:
-        agent = get_agent(agent_name, **agent_options)
+        agent = make_agent(agent_name, agent_options, s)
         recover(s)
         if st["baseline"] is None and not baseline(s):
             return s.record
@@ -70,6 +73,26 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
     return s.record
 
 
+def make_agent(name: str, options: dict[str, Any], s: Session) -> Any:
+    """``get_agent(name, **options)``, plus the run's checkpoint and gate timeout for agents that take them
+    (the LLM agents run the gate themselves as a tool).
+
+    Raises:
+        UnknownNameError: unknown agent name.
+    """
+    if name not in AGENTS:
+        return get_agent(name, **options)  # raises UnknownNameError listing the known agents
+    module, cls = AGENTS[name].split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
+    extras = {"checkpoint": s.checkpoint, "gate_timeout_s": s.config.gate_timeout_s}
+    return get_agent(name, **{**{k: v for k, v in extras.items() if k in params}, **options})
+
+
+def _fresh_iter_dir(s: Session, i: int) -> None:
+    """Empty ``iter-NNN/`` before an iteration starts, so a redone iteration keeps nothing of the interrupted try."""
+    shutil.rmtree(s.record.path / f"iter-{i:03d}", ignore_errors=True)
+
+
 def budget_stop(s: Session) -> str | None:
     """Why the run must stop at this iteration boundary (time limit or USD budget), or None."""
     c, st = s.config, s.record.state
@@ -85,6 +108,7 @@ def budget_stop(s: Session) -> str | None:
 def baseline(s: Session) -> bool:
     """Iteration 0: render the engine if the branch has none, gate it against itself; True if it passed."""
     st, wt, started = s.record.state, s.worktree, utc_now()
+    _fresh_iter_dir(s, 0)
     st["in_flight"] = {"iteration": 0, "gate_pid": None}
     s.save()
     wt.reset_clean()
@@ -116,6 +140,7 @@ def baseline(s: Session) -> bool:
 def iterate(s: Session, agent: Any, i: int) -> None:
     """Iteration ``i`` >= 1: propose, check, gate, commit or reset, record; re-raises ``BudgetExceeded`` once recorded."""
     st, wt, started = s.record.state, s.worktree, utc_now()
+    _fresh_iter_dir(s, i)
     st["in_flight"] = {"iteration": i, "gate_pid": None}
     s.save()
     wt.reset_clean()
