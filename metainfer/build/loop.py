@@ -40,6 +40,8 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         GpuMismatchError, UnknownNameError, BuildError: before anything runs, for bad options.
         KeyboardInterrupt: after the state is saved.
     """
+    if config.agent is not None and config.agent not in AGENTS:
+        get_agent(config.agent)  # raises UnknownNameError (listing the known agents) before anything is written
     s, agent_name, agent_options = open_session(config, progress or Progress())
     st = s.record.state
     try:
