@@ -18,7 +18,7 @@ import torch
 
 from harness import roofline, stats
 from harness.engine_loader import import_engine
-from harness.workloads import CPU_SHAPES, FULL_SHAPES, WORKLOADS, EngineRunner, Runner, Shapes, Workload, measure
+from harness.workloads import CPU_SHAPES, FULL_SHAPES, EngineRunner, Runner, Shapes, Workload, measure, parse_workloads
 from metainfer.targets import GpuProfile, get_quant
 
 
@@ -125,32 +125,34 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     """
     if config.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {config.rounds}")
-    workloads = [WORKLOADS[w] if w in WORKLOADS else _unknown(w) for w in config.workloads]
+    workloads = parse_workloads(config.workloads)
     text, quant = model_facts(checkpoint_dir)
     vocab = text["vocab_size"]
     runners: list[Runner] = [load_runner("candidate", candidate_dir, checkpoint_dir, config, vocab)]
     if baseline_dir is not None:
         runners.append(load_runner("baseline", baseline_dir, checkpoint_dir, config, vocab))
-    for r in runners:
-        for i in range(config.warmup):
-            for w in workloads:
-                measure(w, r, config.shapes, seed=-1 - i)
-    samples = {r.name: {w.name: [] for w in workloads} for r in runners}
-    for rnd in range(config.rounds):
-        order = runners if rnd % 2 == 0 else runners[::-1]
-        for wi, w in enumerate(workloads):
-            seed = config.seed * 1000 + 10 * rnd + wi
-            for r in order:
-                samples[r.name][w.name].append(measure(w, r, config.shapes, seed))
-    del runners
+    samples = _ab_rounds(runners, workloads, config)
+    runners.clear()  # free both engines before the next gate stage or process
     gc.collect()
     if config.device == "cuda":
         torch.cuda.empty_cache()
     return summarize(samples, workloads, text, quant, config)
 
 
-def _unknown(name: str) -> Workload:
-    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+def _ab_rounds(runners: list[Runner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
+    """Warm every runner, then the alternating rounds; ``{runner: {workload: [one sample per round]}}``."""
+    for runner in runners:
+        for i in range(config.warmup):
+            for w in workloads:
+                measure(w, runner, config.shapes, seed=-1 - i)
+    samples: dict[str, dict[str, list[float]]] = {r.name: {w.name: [] for w in workloads} for r in runners}
+    for rnd in range(config.rounds):
+        order = runners if rnd % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
+        for wi, w in enumerate(workloads):
+            seed = config.seed * 1000 + 10 * rnd + wi  # same prompts for both engines of this round
+            for runner in order:
+                samples[runner.name][w.name].append(measure(w, runner, config.shapes, seed))
+    return samples
 
 
 def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Workload], text: dict, quant: str,
@@ -193,8 +195,8 @@ def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     text, quant = model_facts(checkpoint_dir)
     runner = load_runner("engine", engine_dir, checkpoint_dir, config, text["vocab_size"])
     out = {}
-    for wi, name in enumerate(config.workloads):
-        w = WORKLOADS[name] if name in WORKLOADS else _unknown(name)
+    for wi, w in enumerate(parse_workloads(config.workloads)):
+        name = w.name
         for i in range(config.warmup):
             measure(w, runner, config.shapes, seed=-1 - i)
         samples = [measure(w, runner, config.shapes, seed=config.seed * 1000 + 10 * r + wi) for r in range(config.rounds)]

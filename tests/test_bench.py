@@ -184,3 +184,16 @@ def test_bench_command_with_hf_peer(engine_dir, tiny_checkpoint, tmp_path):
     for side in (d["engine"], d["peer"]):
         assert side["median"] > 0 and len(side["samples"]) == 2 and all(math.isfinite(x) for x in side["samples"])
     assert d["engine"]["roofline_fraction"] > 0 and d["env"]["torch"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_ab_bench_full_shapes_on_cuda(engine_dir, tiny_checkpoint):
+    from metainfer.targets import detect
+
+    config = BenchConfig(["ttft", "decode-bs1", "conc32"], 3, 7, shapes_for("full"), "cuda", detect())
+    d = run_bench(engine_dir, tiny_checkpoint("bf16"), config, baseline_dir=engine_dir).data
+    assert d["scaled_down"] is False and d["shapes"]["prompt"] == 256 and d["shapes"]["streams"] == 32
+    for w in d["workloads"].values():
+        assert 0 < w["roofline_fraction"] <= 1.0, w  # nothing beats the bytes it must move
+        assert all(math.isfinite(x) and x > 0 for x in w["candidate"]["samples"] + w["baseline"]["samples"])
