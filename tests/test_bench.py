@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from cheats import render_tiny
 from harness import roofline, stats
@@ -187,7 +188,7 @@ def test_bench_command_with_hf_peer(engine_dir, tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_ab_bench_full_shapes_on_cuda(engine_dir, tiny_checkpoint):
     from metainfer.targets import detect
 
