@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import sys
@@ -112,11 +113,25 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
                     stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps)
 
 
+def _json_safe(x):
+    """Non-finite floats -> ``"nan"``/``"inf"`` strings (strict JSON has no NaN), recursively."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def write_json(path: Path, record: dict) -> None:
-    """Write ``record`` to ``path`` atomically (temp file + rename), so a reader never sees half a JSON."""
+    """Write ``record`` to ``path`` atomically (temp file + rename), so a reader never sees half a JSON.
+
+    Strict JSON: a non-finite float is written as the string ``"nan"``/``"inf"``, never as a bare NaN.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1, allow_nan=False, default=str))
+    tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False, default=str))
     os.replace(tmp, path)
 
 

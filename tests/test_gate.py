@@ -117,3 +117,14 @@ def test_killed_gate_leaves_the_stages_done(rendered, tiny_checkpoint, tmp_path)
     assert rec["complete"] is False and rec["ok"] is False and rec["running"] == "bench"
     assert [(s["name"], s["ok"]) for s in rec["stages"]] == [("static", True)]
     assert rec["bench"] is None and rec["schema"] == 1
+
+
+def test_gate_json_is_strict_even_with_non_finite_figures(tmp_path):
+    from harness.gate import write_json
+
+    out = tmp_path / "g.json"
+    write_json(out, {"schema": 1, "parity": {"max_rel_err": float("nan"), "x": [float("inf"), 1.0]}})
+    text = out.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["parity"] == {"max_rel_err": "nan", "x": ["inf", 1.0]}
+    assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temp file left behind
