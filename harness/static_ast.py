@@ -10,7 +10,7 @@ prepared earlier. The rules, all checked on the syntax tree (nothing is executed
 - ``forbidden-call``: ``torch.load``, ``numpy.load``/``fromfile``, ``os.system``/``popen``/
   ``exec*``/``spawn*``, ``eval``/``exec``/``compile`` and ``__import__`` of computed strings,
   caller introspection (``sys._getframe``, ``inspect.stack``/``currentframe``, ``gc.get_objects``/
-  ``get_referrers``) that could read the judge's reference tensors.
+  ``get_referrers``, frame attributes, ``sys.modules``) that could read the judge's reference tensors.
 - ``file-write``: writing, moving or deleting files anywhere (the engine writes nothing).
 - ``path-escape``: an absolute path literal, a ``..`` component, or ``__file__`` climbed past the
   engine folder (``parents[i]`` / ``.parent`` chains / ``os.path.dirname`` nesting).
@@ -178,6 +178,8 @@ class _Visitor(ast.NodeVisitor):
                 return hops if isinstance(node, ast.Name) and node.id == "__file__" else 0
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if self.dotted(node) in ("sys.modules", "builtins.__dict__"):
+            self.add(node, "forbidden-call", f"reads {self.dotted(node)}: the judge's loaded modules (and their tensors) are off limits")
         if node.attr in INTROSPECTION_ATTRS:
             self.add(node, "forbidden-call", f"reads .{node.attr}: frame introspection could reach the judge's tensors")
         if node.attr == "parent" and self._climb(node) > self.depth:

@@ -63,6 +63,7 @@ BAD = [
     ("import numpy as np\nX = np.load('x.npy')", "forbidden-call", "numpy.load"),
     ("import os\nos.system('ls')", "forbidden-call", "os.system"),
     ("import sys\nF = sys._getframe(1)", "forbidden-call", "sys._getframe"),
+    ("import sys\nR = sys.modules['harness.reference']", "forbidden-call", "sys.modules"),
     ("import importlib\nM = importlib.import_module('trans' + 'formers')", "forbidden-call", "computed string"),
     ("M = __import__('transformers')", "forbidden-import", "transformers"),
     ("open('x.txt', 'w').write('x')", "file-write", "writing"),
