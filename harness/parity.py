@@ -70,8 +70,12 @@ def _greedy(engine, module, seqs: list[ReferenceRun]) -> list[list[int]]:
     return engine.generate([s.prompt for s in seqs], params)
 
 
-def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[int], tol: Tolerance) -> None:
-    """Fill ``fig``'s figures from engine logits ``e`` [P + n, V] and record every failed check."""
+def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[int], tol: Tolerance, other: torch.Tensor) -> None:
+    """Fill ``fig``'s figures from engine logits ``e`` [P + n, V] and record every failed check.
+
+    ``other`` [P + n, V]: the same prompt's logits from the other mode (batched for alone and
+    vice versa); their row-wise difference is the greedy slack (docs/PARITY.md, "Greedy ties").
+    """
     r, n = ref.logits, len(ref.prompt)
     reason = trivial_reason(e, r)
     if reason:
@@ -82,8 +86,10 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
     if not fig.decode_rel_err <= tol.logits_decode:
         fig.failures.append(f"decode rel err {fig.decode_rel_err:.3g} > {tol.logits_decode:.3g}")
     steps = slice(n - 1, n - 1 + len(ref.continuation))  # rows that predicted the continuation
+    slack = (e[steps] - other[steps]).abs().amax(-1)
+    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))  # NaN rows fail on their own
     fig.greedy_match, fig.greedy_compared = greedy_agreement(
-        list(greedy), ref.continuation, e[steps], r[steps], floor_rel=tol.tie_floor_rel
+        list(greedy), ref.continuation, e[steps], r[steps], floor_rel=tol.tie_floor_rel, slack=slack
     )
     if fig.greedy_match < fig.greedy_compared:
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
@@ -110,9 +116,9 @@ def _evaluate(engine, module, reference, prompts: list[Prompt], refs: list[Refer
     figs: list[PromptFigures] = []
     for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
-        _judge(fa, ea, ref, ga, tol)
+        _judge(fa, ea, ref, ga, tol, eb)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
-        _judge(fb, eb, ref, gb, tol)
+        _judge(fb, eb, ref, gb, tol, ea)
         fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() else float("nan")
         if not fb.batch_rel_err <= tol.batch:
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
@@ -146,6 +152,7 @@ def run_parity(
     reference_dtype: str | None = None,
     lengths: tuple[int, ...] = LENGTHS,
     steps: int = DECODE_STEPS,
+    reference_device: str | None = None,
 ) -> ParityResult:
     """Run the parity stage of the engine in ``engine_dir`` on the checkpoint in ``checkpoint_dir``.
 
@@ -154,6 +161,8 @@ def run_parity(
         device: ``cpu`` or ``cuda[:N]``; engine and reference both run there.
         reference_dtype: ``float32`` / ``bfloat16``; None: see :func:`default_reference_dtype`.
         lengths, steps: prompt lengths and teacher-forced decode steps (defaults: docs/PARITY.md).
+        reference_device: where the reference runs if not on ``device`` (e.g. ``cuda:1`` when a
+            bf16 engine and a bf16 reference of the full model do not fit on one GPU together).
     Returns:
         ``ParityResult``; an exception raised by the engine while running makes it a failed
         result (``error`` set), not an exception.
@@ -170,8 +179,9 @@ def run_parity(
         module = import_engine(engine_dir)
     except (FileNotFoundError, AttributeError, ImportError, SyntaxError) as err:
         raise EngineDirError(f"cannot import an engine from {engine_dir}: {err}; render one with `metainfer render`") from err
-    ref_dtype = parse_dtype(reference_dtype or default_reference_dtype(device, checkpoint_dir))
-    reference = Reference.from_checkpoint(checkpoint_dir, device=device, dtype=ref_dtype)
+    ref_device = reference_device or device
+    ref_dtype = parse_dtype(reference_dtype or default_reference_dtype(ref_device, checkpoint_dir))
+    reference = Reference.from_checkpoint(checkpoint_dir, device=ref_device, dtype=ref_dtype)
     prompts = make_prompts(seed, reference.vocab_size, lengths)
     engine = module.load(checkpoint_dir, device=device, max_batch=len(prompts), max_seq_len=max(lengths) + steps + 1)
     engine_dtype = _dtype_name(getattr(engine, "dtype", torch.bfloat16))

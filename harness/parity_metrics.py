@@ -76,7 +76,8 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 def greedy_agreement(
-    engine: list[int], reference: list[int], e_rows: torch.Tensor, r_rows: torch.Tensor, *, floor_rel: float
+    engine: list[int], reference: list[int], e_rows: torch.Tensor, r_rows: torch.Tensor, *, floor_rel: float,
+    slack: torch.Tensor | None = None,
 ) -> tuple[int, int]:
     """Compare greedy tokens step by step up to the first tie: returns ``(matched, compared)``.
 
@@ -85,9 +86,12 @@ def greedy_agreement(
     differ (engine g, reference c), the difference is a **tie** if the reference prefers c over
     g by no more than the engine's logit errors on those two ids can explain::
 
-        r[c] - r[g] <= |e[g] - r[g]| + |e[c] - r[c]| + floor_rel * max|r|
+        r[c] - r[g] <= |e[g] - r[g]| + |e[c] - r[c]| + floor_rel * max|r| + 2 * slack[j]
 
-    (if the engine's teacher-forced row ranks g above c this always holds). A tie ends the
+    (if the engine's teacher-forced row ranks g above c this always holds). ``slack`` [n], in
+    logits, covers the engine's own variation between its teacher-forced run and its generate
+    run (different batches around the sequence): the caller passes the row's max
+    |alone − batched| difference, by which each of the two ids may move; None means 0. A tie ends the
     comparison with ``compared = j`` (both continuations are legitimate greedy paths and
     diverge from there); otherwise ``compared = j + 1`` and the check fails. The check passes
     iff ``matched == compared``. NaN in ``e_rows`` never counts as a tie.
@@ -109,7 +113,8 @@ def greedy_agreement(
         if not 0 <= g < r.shape[1]:
             return j, j + 1
         gap = float(r[j, c] - r[j, g])
-        bound = float((e[j, g] - r[j, g]).abs() + (e[j, c] - r[j, c]).abs() + floor_rel * r[j].abs().max())
+        extra = 2.0 * float(slack[j]) if slack is not None else 0.0
+        bound = float((e[j, g] - r[j, g]).abs() + (e[j, c] - r[j, c]).abs() + floor_rel * r[j].abs().max()) + extra
         return (j, j) if gap <= bound else (j, j + 1)
     return n, n
 

@@ -24,6 +24,9 @@ def parity(
     reference_dtype: Optional[str] = typer.Option(
         None, "--reference-dtype", help="float32 or bfloat16; default float32, bfloat16 on a GPU too small for fp32"
     ),
+    reference_device: Optional[str] = typer.Option(
+        None, "--reference-device", help="run the reference elsewhere, e.g. cuda:1 (default: --device)"
+    ),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="comma list of prompt lengths for a quick check (default: docs/PARITY.md)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="teacher-forced decode steps per prompt (default 16)"),
 ) -> None:
@@ -34,8 +37,9 @@ def parity(
         raise ParityInputError(f"--engine {engine} is not a folder; pass generated/<target> from `metainfer render`")
     if not checkpoint.is_dir():
         raise ParityInputError(f"--checkpoint {checkpoint} is not a folder; pass an HF-format checkpoint folder")
-    if device.split(":")[0] not in ("cpu", "cuda"):
-        raise ParityInputError(f"--device {device!r}: use cpu or cuda[:N]")
+    for flag, dev in (("--device", device), ("--reference-device", reference_device or device)):
+        if dev.split(":")[0] not in ("cpu", "cuda"):
+            raise ParityInputError(f"{flag} {dev!r}: use cpu or cuda[:N]")
     if reference_dtype not in (None, "float32", "bfloat16"):
         raise ParityInputError(f"--reference-dtype {reference_dtype!r}: use float32 or bfloat16")
     quick: dict = {}
@@ -49,7 +53,8 @@ def parity(
             raise ParityInputError(f"--steps {steps}: must be at least 1")
         quick["steps"] = steps
     try:
-        result = run_parity(engine, checkpoint, seed=seed, device=device, reference_dtype=reference_dtype, **quick)
+        result = run_parity(engine, checkpoint, seed=seed, device=device, reference_dtype=reference_dtype,
+                            reference_device=reference_device, **quick)
     except ValueError as err:  # bad lengths, or the engine refused the checkpoint or device at load
         raise ParityInputError(f"parity could not start: {err}") from err
     typer.echo(format_table(result))
