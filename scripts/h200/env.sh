@@ -1,0 +1,15 @@
+# Sourced at the start of every device command: the carried wheels, the package on PYTHONPATH,
+# a `metainfer` command, the tool versions. The device image has torch/triton/transformers but
+# no registry (see /work/.library/device/KINDS.md); GitPython travels as wheels in .whl/.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p /tmp/bin
+printf '#!/bin/sh\nexec python3 -m metainfer.cli "$@"\n' > /tmp/bin/metainfer && chmod +x /tmp/bin/metainfer
+export PATH="/tmp/bin:$PATH"
+export OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
