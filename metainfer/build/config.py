@@ -17,6 +17,11 @@ import git
 from metainfer.errors import MetainferError
 
 
+#: seconds a gate may run by default: parity against HF plus the A/B bench of the tiny model took
+#: ~25 min on the loaded 2-core CPU machine (2026-11-30); a real-model gate on an H200 takes minutes
+DEFAULT_GATE_TIMEOUT_S = 3600.0
+
+
 class BuildError(MetainferError):
     """The build cannot start or continue (bad options, missing layout, baseline fails parity)."""
 
@@ -54,7 +59,7 @@ class BuildConfig:
         checkpoint: checkpoint folder; None = a seeded synthetic one cached under ``.metainfer/checkpoints``.
         seed: run seed: synthetic checkpoint, agent search, and (with the iteration) the gate's inputs.
         gate_timeout_s: seconds one gate subprocess may run before it is killed (a rejected iteration);
-            None = 1800 for a new run, the run's own on resume (a value given on resume replaces it).
+            None = ``DEFAULT_GATE_TIMEOUT_S`` (3600) for a new run, the run's own on resume (a value given on resume replaces it).
         gate_rounds: A/B rounds of the benchmark (``--rounds`` of the gate); None = the gate's default.
         gate_scale: ``cpu`` or ``full`` workloads; None = the gate's default for the GPU.
         gate_workloads: benchmark workloads (``ttft``, ``decode-bs1``, ``conc32``); None = the gate's default (all).

@@ -46,7 +46,7 @@ class GateRequest:
     rounds: int | None = None
     scale: str | None = None
     workloads: tuple[str, ...] | None = None
-    timeout_s: float = 1800.0
+    timeout_s: float = 3600.0
 
     def argv(self, json_out: Path) -> list[str]:
         """The command line of the gate subprocess."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metainfer.agents import default_agent_name
-from metainfer.build.config import BuildConfig, BuildError, worktree_path
+from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildConfig, BuildError, worktree_path
 from metainfer.build.decision import Decision, parse_trailers
 from metainfer.build.gate_runner import GateOutcome, kill_orphan
 from metainfer.build.iteration import Verdict, read_tunables, write_iteration
@@ -70,7 +70,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                 "agent": agent_label or config.agent or default_agent_name(), "agent_options": config.agent_options,
                 "iterations": 3 if config.iterations is None else config.iterations, "seed": config.seed,
                 "budget": {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd},
-                "gate": {"timeout_s": 1800.0 if config.gate_timeout_s is None else config.gate_timeout_s,
+                "gate": {"timeout_s": DEFAULT_GATE_TIMEOUT_S if config.gate_timeout_s is None else config.gate_timeout_s,
                          "rounds": config.gate_rounds, "scale": config.gate_scale,
                          "workloads": list(config.gate_workloads) if config.gate_workloads else None},
                 "checkpoint": str(config.checkpoint.resolve()) if config.checkpoint else None,

@@ -26,7 +26,7 @@ def build(
                                     "under .metainfer/checkpoints"),
     seed: int = typer.Option(0, "--seed", help="seed of the synthetic checkpoint, the agent's search and the gate's inputs"),
     gate_timeout: float = typer.Option(None, "--gate-timeout", help="seconds before a gate run is killed (a rejected "
-                                       "iteration); default 1800, on --resume the run's"),
+                                       "iteration); default 3600, on --resume the run's"),
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
     workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),

@@ -16,7 +16,7 @@ def step(
     checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint folder; default: the cached synthetic one"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder of run records (relative to the repo root)"),
     seed: int = typer.Option(0, "--seed", help="seed of the synthetic checkpoint and the gate's inputs"),
-    gate_timeout: float = typer.Option(None, "--gate-timeout", help="seconds before the gate is killed (default 1800)"),
+    gate_timeout: float = typer.Option(None, "--gate-timeout", help="seconds before the gate is killed (default 3600)"),
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds (default: the gate's)"),
 ) -> None:
     """Gate the uncommitted change in the worktree <repo>/.metainfer/worktrees/<model>-<quant>-<gpu>/ (branch
