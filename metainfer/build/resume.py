@@ -28,7 +28,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                  require_clean: bool = True) -> tuple[Session, str, dict[str, Any]]:
     """Validate options, check the GPU, open or create the run record, the worktree and the checkpoint.
 
-    On ``config.resume`` the target, agent, seed and gate settings come from ``run.json``;
+    On ``config.resume`` the target, agent, seed and gate settings come from ``run.json`` (a failed
+    run retries its baseline, e.g. with a longer ``--gate-timeout``);
     a given ``config.iterations``, ``gate_timeout_s``, ``time_limit_min``, ``budget_usd`` or ``agent``
     (with its options) replaces the run's. A new run refuses a worktree
     with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
@@ -45,8 +46,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     if config.resume:
         record = RunRecord.open(runs, config.resume)
         st = record.state
-        if st["status"] in ("finished", "failed") and (config.iterations is None or config.iterations <= st["iterations"]):
-            raise BuildError(f"run {record.run_id} is {st['status']}; pass --iterations above {st['iterations']} to extend it")
+        if st["status"] == "finished" and (config.iterations is None or config.iterations <= st["iterations"]):
+            raise BuildError(f"run {record.run_id} is finished; pass --iterations above {st['iterations']} to extend it")
         check_present(st["gpu"])
         target = make_target(st["model"], st["quant"], st["gpu"])
         if config.iterations is not None:
