@@ -109,7 +109,7 @@ def _bisect(engine, reference: Reference, fig: PromptFigures, ref: ReferenceRun,
 
 
 def _evaluate(engine, module, reference, prompts: list[Prompt], refs: list[ReferenceRun], tol: Tolerance) -> list[PromptFigures]:
-    alone = [_teacher_forced(engine, [r]) [0] for r in refs]
+    alone = [_teacher_forced(engine, [r])[0] for r in refs]
     alone_greedy = [_greedy(engine, module, [r])[0] for r in refs]
     batched = _teacher_forced(engine, refs)
     batched_greedy = _greedy(engine, module, refs)
