@@ -98,8 +98,12 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
 def _bisect(engine, reference: Reference, fig: PromptFigures, ref: ReferenceRun, tol: Tolerance) -> None:
     """Per-layer hidden states of prompt + continuation: record errors and the first layer over tolerance."""
     tokens = ref.prompt + ref.continuation
-    res = engine.prefill([tokens], return_hidden=True)
-    engine.release(res.slots)
+    try:
+        res = engine.prefill([tokens], return_hidden=True)
+        engine.release(res.slots)
+    except Exception as err:  # keep the figures already measured; say why there is no layer
+        fig.failures.append(f"bisection prefill raised {type(err).__name__}: {err}")
+        return
     if res.hidden is None:
         fig.failures.append("engine returned no hidden states for return_hidden=True")
         return
