@@ -37,6 +37,7 @@ TINY_TEXT = {
     "shared_expert_intermediate_size": 64,
     "vocab_size": 1024,
     "eos_token_id": 1000,
+    "bos_token_id": 1000,  # the real 3.6 config has bos == eos; 3.5's null is kept (see _tiny)
     "max_position_embeddings": 4096,
 }
 TINY_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 128}
@@ -101,7 +102,10 @@ class ModelSpec:
 def _tiny(config: dict) -> dict:
     cfg = copy.deepcopy(config)
     text = cfg["text_config"]
+    bos = text.get("bos_token_id")
     text.update(TINY_TEXT)
+    if bos is None:
+        text["bos_token_id"] = None
     interval = text.get("full_attention_interval", 4)
     text["layer_types"] = [
         "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(text["num_hidden_layers"])
