@@ -46,30 +46,37 @@ def _build_model(text_config: dict, dtype: torch.dtype, device: torch.device) ->
     return model
 
 
-def load_strict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-    """Copy ``state_dict`` into ``model``: every key consumed, none missing, every shape equal.
+def load_strict(model: torch.nn.Module, weights) -> None:
+    """Copy weights into ``model``: every key consumed, none missing, every shape equal.
 
+    Args:
+        weights: a dict of HF-named tensors, or an iterable of ``(name, tensor)`` pairs (streamed:
+            each is copied in as it comes, so a full-size model is never held twice).
     Raises:
         CheckpointError: naming the missing, unexpected and mis-shaped keys.
     """
     own = model.state_dict()
-    missing = sorted(set(own) - set(state_dict))
-    extra = sorted(set(state_dict) - set(own))
-    shapes = sorted(
-        f"{k} {tuple(state_dict[k].shape)} != {tuple(own[k].shape)}"
-        for k in set(own) & set(state_dict)
-        if tuple(own[k].shape) != tuple(state_dict[k].shape)
-    )
+    seen: set[str] = set()
+    extra: list[str] = []
+    shapes: list[str] = []
+    items = weights.items() if isinstance(weights, dict) else weights
+    with torch.no_grad():
+        for name, tensor in items:
+            seen.add(name)
+            if name not in own:
+                extra.append(name)
+            elif tuple(own[name].shape) != tuple(tensor.shape):
+                shapes.append(f"{name} {tuple(tensor.shape)} != {tuple(own[name].shape)}")
+            else:
+                own[name].copy_(tensor)
+    missing = sorted(set(own) - seen)
     if missing or extra or shapes:
         raise CheckpointError(
             "reference weights do not match Qwen3_5MoeForCausalLM: "
             f"missing {missing[:8]}{'...' if len(missing) > 8 else ''} ({len(missing)}), "
-            f"unexpected {extra[:8]}{'...' if len(extra) > 8 else ''} ({len(extra)}), "
-            f"mis-shaped {shapes[:8]}; check CheckpointReader.hf_state_dict against the checkpoint's text config"
+            f"unexpected {sorted(extra)[:8]}{'...' if len(extra) > 8 else ''} ({len(extra)}), "
+            f"mis-shaped {sorted(shapes)[:8]}; check CheckpointReader.hf_state_dict against the checkpoint's text config"
         )
-    with torch.no_grad():
-        for name, tensor in own.items():
-            tensor.copy_(state_dict[name])
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,9 @@ class Reference:
     def from_checkpoint(
         cls, checkpoint: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
     ) -> Reference:
-        """Build from a checkpoint folder through ``CheckpointReader(checkpoint).hf_state_dict(dtype)``.
+        """Build from a checkpoint folder: the weights of ``CheckpointReader(checkpoint).hf_state_dict(dtype)``,
+        streamed one tensor at a time and dequantized on ``device`` (a full-size bf16 reference is
+        70 GB: it is built on the GPU without a second copy in host memory).
 
         Raises:
             CheckpointError: the folder does not validate, or its weights do not fit the model.
@@ -130,7 +139,10 @@ class Reference:
 
         reader = CheckpointReader(Path(checkpoint))
         reader.validate()
-        return cls.from_state_dict(reader.text_config, reader.hf_state_dict(dtype), device=device, dtype=dtype)
+        device = torch.device(device)
+        model = _build_model(reader.text_config, dtype, device)
+        load_strict(model, reader.iter_hf_tensors(dtype, device))
+        return cls(model, device, dtype)
 
     def _ids(self, tokens: list[int]) -> torch.Tensor:
         if not tokens:
