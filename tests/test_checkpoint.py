@@ -119,6 +119,43 @@ def test_weights_have_real_scale_and_skewed_router(tiny_checkpoint):
     assert row_norms.max() / row_norms.min() > 2.0
 
 
+def test_residual_output_projections_use_scaled_init(tiny_checkpoint):
+    """o_proj, GDN out_proj, experts' and shared expert's down_proj: std 1/sqrt(fan_in) / sqrt(2 L)."""
+    bf, fp = CheckpointReader(tiny_checkpoint("bf16")), CheckpointReader(tiny_checkpoint("nvfp4"))
+    layers = bf.text_config["num_hidden_layers"]
+    scaled = {
+        "layers.3.self_attn.o_proj.weight": bf.get("layers.3.self_attn.o_proj.weight"),
+        "layers.0.linear_attn.out_proj.weight": bf.get("layers.0.linear_attn.out_proj.weight"),
+        "layers.5.mlp.shared_expert.down_proj.weight": bf.get("layers.5.mlp.shared_expert.down_proj.weight"),
+        "layers.2.mlp.experts.down_proj": bf.get_experts(2).down,  # [E, H, I]
+    }
+    for name, w in scaled.items():
+        w = w.float()
+        expect = 1 / math.sqrt(w.shape[-1]) / math.sqrt(2 * layers)
+        assert 0.9 < float(w.std()) / expect < 1.1, name
+    for name in ("layers.3.self_attn.q_proj.weight", "layers.0.linear_attn.in_proj_qkv.weight"):
+        w = bf.get(name).float()
+        assert 0.9 < float(w.std()) * math.sqrt(w.shape[-1]) < 1.1, name  # other linears unscaled
+    # NVFP4 = quantize(the same bf16 weights): the scaled down_proj of both checkpoints agree
+    dense = bf.get_linear("layers.5.mlp.shared_expert.down_proj").weight.float()
+    quant = fp.get_linear("layers.5.mlp.shared_expert.down_proj").dense()
+    assert (quant - dense).norm() / dense.norm() < 0.15
+    assert torch.equal(fp.get("layers.3.self_attn.o_proj.weight"), bf.get("layers.3.self_attn.o_proj.weight"))
+
+
+def test_scaled_init_needs_the_layer_count():
+    from metainfer.checkpoint.init import init_dense, init_expert, residual_out_scale
+
+    assert residual_out_scale(8) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        init_dense("layers.0.self_attn.o_proj.weight", (4, 16), "linear_out", 0)
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        init_expert("layers.0.mlp.experts", 0, "down_proj", (4, 16), 0, 0)
+    a = init_dense("w", (64, 256), "linear_out", 0, 8)
+    b = init_dense("w", (64, 256), "linear", 0)
+    assert torch.allclose(a, b * 0.25)  # same draw, scaled: the seed-by-name rule holds
+
+
 def test_writer_is_seeded_by_name(tmp_path):
     model, quant = get_model(TINY_MODEL), get_quant("bf16")
     a = CheckpointReader(write_checkpoint(model, quant, tmp_path / "a", 7, progress=False, shard_bytes=10**9))

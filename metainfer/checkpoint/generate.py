@@ -50,9 +50,9 @@ def _nvfp4_pieces(module: str, q: NvFp4, convention: str) -> list[tuple[str, tor
             (f"{module}.input_global_scale", global_to_compressed_tensors(input_scale))]
 
 
-def _expert_stack(ctx: GenContext, group: str, proj: str, shape: tuple[int, int], e: int) -> torch.Tensor:
-    """bf16 [E, N, K]: expert x's ``proj`` weight at index x, drawn in parallel."""
-    draw = lambda x: init_expert(group, x, proj, shape, ctx.seed).to(torch.bfloat16)  # noqa: E731
+def _expert_stack(ctx: GenContext, group: str, proj: str, shape: tuple[int, int], e: int, num_layers: int) -> torch.Tensor:
+    """bf16 [E, N, K]: expert x's ``proj`` weight at index x, drawn in parallel (``num_layers``: scaled down_proj init)."""
+    draw = lambda x: init_expert(group, x, proj, shape, ctx.seed, num_layers).to(torch.bfloat16)  # noqa: E731
     rows = list(ctx.pool.map(draw, range(e))) if ctx.pool else [draw(x) for x in range(e)]
     return torch.stack(rows)
 
@@ -73,7 +73,7 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
     """
     layout = param_tensors(p, ctx.quant, convention=ctx.convention, fused_experts=ctx.fused_experts)
     if p.kind != "experts":
-        dense = init_dense(p.name, p.shape, p.kind, ctx.seed).to(torch.bfloat16)
+        dense = init_dense(p.name, p.shape, p.kind, ctx.seed, p.num_layers).to(torch.bfloat16)
         if p.name in layout and layout[p.name].dtype != torch.uint8:
             yield p.name, dense.to(layout[p.name].dtype)
         else:
@@ -81,13 +81,14 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
         return
     e, i, h = p.shape
     shapes = {"gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
+    stack = lambda proj, shape: _expert_stack(ctx, p.name, proj, shape, e, p.num_layers)  # noqa: E731
     if f"{p.name}.gate_up_proj" in layout:
-        gate_up = torch.cat([_expert_stack(ctx, p.name, "gate_proj", (i, h), e), _expert_stack(ctx, p.name, "up_proj", (i, h), e)], dim=1)
+        gate_up = torch.cat([stack("gate_proj", (i, h)), stack("up_proj", (i, h))], dim=1)
         yield f"{p.name}.gate_up_proj", gate_up  # [E, 2I, H]
         del gate_up
-        yield f"{p.name}.down_proj", _expert_stack(ctx, p.name, "down_proj", (h, i), e)  # [E, H, I]
+        yield f"{p.name}.down_proj", stack("down_proj", (h, i))  # [E, H, I]
         return
-    stacks = {proj: _expert_stack(ctx, p.name, proj, shape, e) for proj, shape in shapes.items()}
+    stacks = {proj: stack(proj, shape) for proj, shape in shapes.items()}
     if not is_quantized_module(ctx.quant, f"{p.name}.0.gate_proj"):
         for x in range(e):
             yield from ((f"{p.name}.{x}.{proj}.weight", stacks[proj][x].clone()) for proj in shapes)

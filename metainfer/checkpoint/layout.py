@@ -54,17 +54,22 @@ class Param:
             ``lm_head.weight``, or ``mtp.*``. Kind ``experts`` names the group
             ``layers.<i>.mlp.experts`` whose members are ``<name>.<e>.{gate,up,down}_proj.weight``.
         shape: dense shape; for ``experts`` (E, I, H).
-        kind: the initialiser (``metainfer.checkpoint.init``) and storage rule.
+        kind: the initialiser (``metainfer.checkpoint.init``) and storage rule; ``linear_out``
+            marks a projection that writes into the residual stream (scaled init).
+        dtype: storage dtype when not quantized.
+        num_layers: the text config's ``num_hidden_layers``, for the scaled init of ``linear_out``
+            and of the experts' ``down_proj``; 0 where unused.
     """
 
     name: str
     shape: tuple[int, ...]
     kind: str
     dtype: torch.dtype = torch.bfloat16
+    num_layers: int = 0
 
 
 def _layer_params(pre: str, t: dict, kind: str, gdn_fp32: bool = False) -> Iterator[Param]:
-    h = t["hidden_size"]
+    h, nl = t["hidden_size"], t["num_hidden_layers"]
     yield Param(f"{pre}input_layernorm.weight", (h,), "norm")
     if kind == "linear_attention":
         kd = t["linear_key_head_dim"] * t["linear_num_key_heads"]
@@ -80,14 +85,14 @@ def _layer_params(pre: str, t: dict, kind: str, gdn_fp32: bool = False) -> Itera
         gdn_dtype = torch.float32 if gdn_fp32 else torch.bfloat16
         yield Param(f"{a}A_log", (nv,), "a_log", gdn_dtype)
         yield Param(f"{a}norm.weight", (t["linear_value_head_dim"],), "gated_norm", gdn_dtype)
-        yield Param(f"{a}out_proj.weight", (h, vd), "linear")
+        yield Param(f"{a}out_proj.weight", (h, vd), "linear_out", num_layers=nl)
     elif kind == "full_attention":
         hd, nq, nkv = t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
         a = f"{pre}self_attn."
         yield Param(f"{a}q_proj.weight", (2 * nq * hd, h), "linear")  # per head [q | gate]
         yield Param(f"{a}k_proj.weight", (nkv * hd, h), "linear")
         yield Param(f"{a}v_proj.weight", (nkv * hd, h), "linear")
-        yield Param(f"{a}o_proj.weight", (h, nq * hd), "linear")
+        yield Param(f"{a}o_proj.weight", (h, nq * hd), "linear_out", num_layers=nl)
         yield Param(f"{a}q_norm.weight", (hd,), "norm")
         yield Param(f"{a}k_norm.weight", (hd,), "norm")
     else:
@@ -95,10 +100,10 @@ def _layer_params(pre: str, t: dict, kind: str, gdn_fp32: bool = False) -> Itera
     yield Param(f"{pre}post_attention_layernorm.weight", (h,), "norm")
     e, i, si = t["num_experts"], t["moe_intermediate_size"], t["shared_expert_intermediate_size"]
     yield Param(f"{pre}mlp.gate.weight", (e, h), "router")
-    yield Param(f"{pre}mlp.experts", (e, i, h), "experts")
+    yield Param(f"{pre}mlp.experts", (e, i, h), "experts", num_layers=nl)
     yield Param(f"{pre}mlp.shared_expert.gate_proj.weight", (si, h), "linear")
     yield Param(f"{pre}mlp.shared_expert.up_proj.weight", (si, h), "linear_up")
-    yield Param(f"{pre}mlp.shared_expert.down_proj.weight", (h, si), "linear")
+    yield Param(f"{pre}mlp.shared_expert.down_proj.weight", (h, si), "linear_out", num_layers=nl)
     yield Param(f"{pre}mlp.shared_expert_gate.weight", (1, h), "linear")
 
 
