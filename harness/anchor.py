@@ -4,12 +4,15 @@
 prompt with the parity figures of HF-bf16 measured against HF-fp32 on the same tokens (the
 prompts of ``harness.prompts`` with the fp32 reference's greedy continuation). It uses no
 tolerance; docs/PARITY.md records its output and sets the tolerances from it.
+``python -m harness.anchor --summarize A.jsonl [B.jsonl ...]`` prints the aggregate figures of
+saved runs (the table rows of docs/PARITY.md, including the per-layer envelope).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
@@ -54,13 +57,67 @@ def measure_anchor(checkpoint: str, seed: int, *, device: str = "cpu", steps: in
     return rows
 
 
+def hidden_envelope(layers: list[list[float]], max_slope: float = 0.1, step: float = 1e-4) -> tuple[float, float]:
+    """The least-area envelope ``a + b · i`` (i = 1 … L) over per-prompt hidden gaps ``layers`` [prompts][L + 1]:
+    for each slope b on a grid of ``step`` in [0, max_slope], the smallest a with every gap at or below the line,
+    keeping the (a, b) with the least sum over i. Units: relative L2. Returns ``(a, b)``.
+
+    Raises:
+        ValueError: no prompt, or a prompt with no layer after the embeddings.
+    """
+    if not layers or min(len(x) for x in layers) < 2:
+        raise ValueError("hidden_envelope needs per-prompt gaps with at least one layer after the embeddings")
+    n = min(len(x) for x in layers)
+    best = None
+    for j in range(int(round(max_slope / step)) + 1):
+        b = j * step
+        a = max(x[i] - b * i for x in layers for i in range(1, n))
+        area = (n - 1) * a + b * n * (n - 1) / 2
+        if best is None or area < best[0]:
+            best = (area, a, b)
+    return best[1], best[2]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Aggregate ``measure_anchor`` rows (one or several checkpoints): median / max of the prefill and decode
+    relative L2, max abs (logits), worst row, the max and median gap per hidden index, the largest
+    ``gap(i) / i``, the envelope of :func:`hidden_envelope`, and argmax flips (total, beyond ties, rows).
+
+    Raises:
+        ValueError: ``rows`` is empty.
+    """
+    if not rows:
+        raise ValueError("no anchor rows to summarize")
+    pr, dr, lay = [r["prompt_rel"] for r in rows], [r["decode_rel"] for r in rows], [r["layers"] for r in rows]
+    n = min(len(x) for x in lay)
+    a, b = hidden_envelope(lay)
+    return {
+        "prompts": len(rows),
+        "prefill_rel_median": statistics.median(pr), "prefill_rel_max": max(pr),
+        "decode_rel_median": statistics.median(dr), "decode_rel_max": max(dr),
+        "max_abs": max(r["max_abs"] for r in rows), "max_row_rel": max(r["max_row_rel"] for r in rows),
+        "hidden_max": [max(x[i] for x in lay) for i in range(n)],
+        "hidden_median": [statistics.median(x[i] for x in lay) for i in range(n)],
+        "max_slope": max(x[i] / i for x in lay for i in range(1, n)),
+        "envelope_offset": a, "envelope_slope": b,
+        "flips": sum(r["flips"] for r in rows), "flips_beyond_ties": sum(r["flips_beyond_ties"] for r in rows),
+    }
+
+
 def main() -> None:
-    """Command line: print ``measure_anchor``'s rows as JSON lines."""
+    """Command line: print ``measure_anchor``'s rows as JSON lines, or ``summarize`` saved ones."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--checkpoint")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="aggregate saved runs instead of measuring")
     args = ap.parse_args()
+    if args.summarize:
+        rows = [json.loads(line) for path in args.summarize for line in open(path) if line.strip()]
+        print(json.dumps(summarize(rows)))
+        return
+    if not args.checkpoint:
+        ap.error("--checkpoint DIR is required (or --summarize saved.jsonl ...)")
     for row in measure_anchor(args.checkpoint, args.seed, device=args.device):
         print(json.dumps(row), flush=True)
 

@@ -144,6 +144,26 @@ def test_tolerance_lookup():
     with pytest.raises(UnknownNameError, match="decided"):
         get_tolerance("float16", "float32")
     assert get_tolerance("bfloat16", "bfloat16").logits_prompt > tol.logits_prompt
+    # docs/PARITY.md: K = 2 times the worst anchor figure; affine per-layer envelope, capped at the logits
+    assert tol.logits_prompt == pytest.approx(2 * 0.0651, abs=1e-3) and tol.logits_decode == pytest.approx(2 * 0.0541, abs=1e-3)
+    assert tol.hidden(1) == pytest.approx(2 * (0.0056 + 0.0061)) and tol.hidden(8) < tol.hidden_cap == tol.logits_prompt
+
+
+def test_anchor_envelope_and_summary():
+    from harness.anchor import hidden_envelope, summarize
+
+    lines = [[0.0] + [0.01 + 0.005 * i for i in range(1, 5)]]  # [prompts][L + 1]
+    lines.append([0.0, 0.002, 0.004, 0.006, 0.008])  # below the first everywhere
+    a, b = hidden_envelope(lines)
+    assert a == pytest.approx(0.01, abs=1e-9) and b == pytest.approx(0.005, abs=1e-9)
+    assert all(x[i] <= a + b * i + 1e-12 for x in lines for i in range(1, 5))
+    rows = [{"prompt_rel": p, "decode_rel": d, "max_abs": 1.0, "max_row_rel": 0.2, "layers": l, "flips": 1, "flips_beyond_ties": 0}
+            for p, d, l in [(0.02, 0.05, lines[0]), (0.06, 0.03, lines[1])]]
+    s = summarize(rows)
+    assert s["prefill_rel_max"] == 0.06 and s["decode_rel_max"] == 0.05 and s["flips"] == 2
+    assert s["hidden_max"] == lines[0] and s["max_slope"] == pytest.approx(0.015)
+    with pytest.raises(ValueError):
+        summarize([])
 
 
 # ---- the HF reference ------------------------------------------------------------------------
@@ -229,8 +249,8 @@ def test_tiny_engine_passes_parity_through_cli(quant, rendered, tiny_checkpoint,
     assert "parity PASS" in proc.stdout
 
 
-def _break(engine: Path, old: str, new: str) -> None:
-    model = engine / "engine" / "model.py"
+def _break(engine: Path, old: str, new: str, file: str = "model.py") -> None:
+    model = engine / "engine" / file
     text = model.read_text()
     assert text.count(old) == 1, f"the engine template changed: {old!r} not found once in {model}"
     model.write_text(text.replace(old, new))
@@ -249,6 +269,20 @@ def test_broken_layer_fails_and_is_named(rendered, tiny_checkpoint, tmp_path):
     assert "parity FAIL" in proc.output and "layers.5" in proc.output
     bisected = [p for p in data["prompts"] if p["layer_errors"]]
     assert bisected and all(max(p["layer_errors"][:6]) < 0.1 < p["layer_errors"][6] for p in bisected)
+
+
+def test_subtle_bug_passes_old_tolerance_but_fails_new(rendered, tiny_checkpoint, tmp_path):
+    """Top-k routing weights left unnormalised (``norm_topk_prob`` ignored): logits move by about
+    15-25 %, inside the tolerances of the unscaled-init anchor (0.43 / 0.69), outside today's."""
+    from harness.parity import run_parity
+
+    engine = rendered("bf16", tmp_path / "unnormalised")
+    _break(engine, "return ids, weights / weights.sum(-1, keepdim=True)", "return ids, weights", file="moe.py")
+    res = run_parity(engine, tiny_checkpoint("bf16"), seed=3, lengths=(3, 65), steps=4)
+    assert not res.ok, format_table(res)
+    worst = max(res.max_rel_err, res.max_decode_rel_err)
+    assert max(res.tolerance, res.decode_tolerance) < worst < 0.43  # the old gate (0.43 / 0.69) passed it
+    assert all(any("rel err" in f for f in p.failures) for p in res.prompts if not p.ok)
 
 
 def test_quick_parity_passes_in_process(rendered, tiny_checkpoint):
