@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 
 MODEL, QUANT, GPU = "qwen3.6-35b-a3b", "nvfp4", "h200"
-TARGET = f"{MODEL}-{QUANT}-{GPU}"
+
+
+def _target(args) -> str:
+    return f"{args.model}-{QUANT}-{args.gpu}"
 
 
 def _commit() -> str:
@@ -42,7 +45,7 @@ def step_checkpoint(args) -> dict:
     if (ckpt / "config.json").is_file() and (ckpt / "model.safetensors.index.json").is_file():
         return {"skipped": "complete checkpoint present", "path": str(ckpt)}
     t = time.perf_counter()
-    write_checkpoint(get_model(MODEL), get_quant(QUANT), ckpt, args.seed, force=True, progress=False)
+    write_checkpoint(get_model(args.model), get_quant(QUANT), ckpt, args.seed, force=True, progress=False)
     size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
     return {"seconds": time.perf_counter() - t, "bytes": size, "seed": args.seed, "path": str(ckpt)}
 
@@ -51,7 +54,7 @@ def step_render(args) -> dict:
     from metainfer.render import render_engine
     from metainfer.targets import make_target
 
-    out = render_engine(make_target(MODEL, QUANT, GPU), args.gen, force=True)
+    out = render_engine(make_target(args.model, QUANT, args.gpu), args.gen, force=True)
     path = out / "engine" / "tunables.json"
     data = json.loads(path.read_text())
     data["values"].update(cuda_graph_max_batch=args.graph_batch, attention_decode_splits=args.splits)
@@ -62,25 +65,25 @@ def step_render(args) -> dict:
 def step_parity(args) -> dict:
     from harness.parity import run_parity
 
-    res = run_parity(Path(args.gen) / TARGET, args.ckpt, seed=args.seed, device="cuda", reference_dtype="bfloat16")
+    res = run_parity(Path(args.gen) / _target(args), args.ckpt, seed=args.seed, device=args.device, reference_dtype=args.reference_dtype)
     return res.to_json()
 
 
 def step_bench(args) -> dict:
     from harness.bench import BenchConfig, bench_single
-    from harness.workloads import FULL_SHAPES
+    from harness.workloads import CPU_SHAPES, FULL_SHAPES
     from metainfer.targets import get_gpu
 
     cfg = BenchConfig(workloads=["ttft", "decode-bs1", "conc32"], rounds=args.rounds, seed=args.seed,
-                      shapes=FULL_SHAPES, device="cuda", gpu=get_gpu(GPU))
-    return bench_single(Path(args.gen) / TARGET, args.ckpt, cfg)
+                      shapes=FULL_SHAPES if args.device == "cuda" else CPU_SHAPES, device=args.device, gpu=get_gpu(args.gpu))
+    return bench_single(Path(args.gen) / _target(args), args.ckpt, cfg)
 
 
 def step_profile(args) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from profile_decode import profile_decode
 
-    return profile_decode(Path(args.gen) / TARGET, args.ckpt, Path(args.out))
+    return profile_decode(Path(args.gen) / _target(args), args.ckpt, Path(args.out), device=args.device)
 
 
 STEPS = {"checkpoint": step_checkpoint, "render": step_render, "parity": step_parity,
@@ -97,6 +100,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--graph-batch", type=int, default=32)
     p.add_argument("--splits", type=int, default=16)
+    p.add_argument("--model", default=MODEL, help="a -tiny twin for a dry run on the CPU")
+    p.add_argument("--gpu", default=GPU)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--reference-dtype", default="bfloat16")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     failed = False

@@ -40,47 +40,50 @@ def _weight_bytes(dims) -> dict:
     }
 
 
-def profile_decode(engine_dir: Path, ckpt: str, out: Path, prompt_len: int = 256) -> dict:
+def profile_decode(engine_dir: Path, ckpt: str, out: Path, prompt_len: int = 256, device: str = "cuda") -> dict:
     """Run the measurement; write ``profile_kernels.txt`` under ``out`` and return the summary dict."""
     from torch.profiler import ProfilerActivity, profile
 
     from harness.engine_loader import import_engine
 
     mod = import_engine(engine_dir)
-    engine = mod.load(ckpt, device="cuda", max_batch=4, max_seq_len=prompt_len + 200)
+    engine = mod.load(ckpt, device=device, max_batch=4, max_seq_len=prompt_len + 200)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    vocab = engine.dims.vocab_size
     g = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, 240000, (prompt_len,), generator=g).tolist()
+    prompt = torch.randint(0, vocab - 100, (prompt_len,), generator=g).tolist()
     slots = engine.prefill([prompt]).slots
     tok = 17
     for _ in range(8):  # warm-up (compiles, graph replays)
         engine.decode(slots, [tok])
     times = []
     for _ in range(64):
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         engine.decode(slots, [tok])
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - t)
-    graphs, engine.graphs = engine.graphs, None
+    graphs, engine.graphs = getattr(engine, "graphs", None), None
     eager = []
     for _ in range(8):
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         engine.decode(slots, [tok])
-        torch.cuda.synchronize()
+        sync()
         eager.append(time.perf_counter() - t)
     steps = 8
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities, record_shapes=True) as prof:
         for _ in range(steps):
             engine.decode(slots, [tok])
-        torch.cuda.synchronize()
+        sync()
     engine.graphs = graphs
     kernels: dict[str, list[float]] = {}
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
+        if ev.device_type == torch.autograd.DeviceType.CUDA or (device == "cpu" and ev.name.startswith("aten::")):
             kernels.setdefault(ev.name, []).append(ev.device_time)
     rows = sorted(((n, len(v) / steps, sum(v) / steps) for n, v in kernels.items()), key=lambda r: -r[2])
-    total_us = sum(r[2] for r in rows)
+    total_us = sum(r[2] for r in rows) or float("nan")  # CPU runs record no device time
     mm_rows = []
     for avg in prof.key_averages(group_by_input_shape=True):
         if avg.key in ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul") and avg.input_shapes and avg.device_time_total > 0:
