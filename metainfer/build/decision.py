@@ -25,6 +25,17 @@ class Decision:
     reason: str
 
 
+def as_float(x: Any) -> float | None:
+    """A gate figure as a float: numbers as they are, numeric strings (the gate writes non-finite values such as
+    ``"nan"``/``"inf"`` as strings, JSON having no NaN) parsed, anything else None."""
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
 def figures(result: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers of a gate JSON (schema 1), None where the gate did not get that far.
 
@@ -39,12 +50,14 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     roofline = None
     for name, w in (bench.get("workloads") or {}).items():
         cand, base = w.get("candidate") or {}, w.get("baseline") or {}
-        workloads[name] = {"unit": w.get("unit"), "candidate": cand.get("median"), "baseline": base.get("median"),
-                           "spread": cand.get("spread"), "higher_is_better": w.get("higher_is_better", True)}
-        if w.get("roofline_fraction") is not None and (roofline is None or name == "decode-bs1"):
-            roofline = w["roofline_fraction"]
-    return {"parity_ok": parity.get("ok"), "max_rel_err": parity.get("max_rel_err"), "tolerance": parity.get("tolerance"),
-            "speedup": objective.get("speedup"), "noise": objective.get("noise"),
+        workloads[name] = {"unit": w.get("unit"), "candidate": as_float(cand.get("median")),
+                           "baseline": as_float(base.get("median")), "spread": as_float(cand.get("spread")),
+                           "higher_is_better": w.get("higher_is_better", True)}
+        if as_float(w.get("roofline_fraction")) is not None and (roofline is None or name == "decode-bs1"):
+            roofline = as_float(w["roofline_fraction"])
+    return {"parity_ok": parity.get("ok"), "max_rel_err": as_float(parity.get("max_rel_err")),
+            "tolerance": as_float(parity.get("tolerance")),
+            "speedup": as_float(objective.get("speedup")), "noise": as_float(objective.get("noise")),
             "beats_baseline": objective.get("beats_baseline"), "scaled_down": bench.get("scaled_down"),
             "roofline_fraction": roofline, "workloads": workloads}
 
@@ -79,7 +92,7 @@ def decide(outcome: GateOutcome) -> Decision:
     if f["speedup"] is None:
         return Decision(False, "no benchmark objective in the gate result")
     sp = f"speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
-    if f["beats_baseline"]:
+    if f["beats_baseline"] is True:
         return Decision(True, f"faster: {sp}")
     if f["speedup"] < 1.0 - (f["noise"] or 0.0):
         return Decision(False, f"slower: {sp}")
@@ -94,7 +107,8 @@ def decide_baseline(outcome: GateOutcome) -> Decision:
     f = figures(outcome.result)
     if not f["parity_ok"]:
         return Decision(False, "parity did not run or did not pass")
-    return Decision(True, f"baseline: parity max rel err {f['max_rel_err']:.3g}, noise {f['noise'] or 0:.3f}")
+    err = "–" if f["max_rel_err"] is None else f"{f['max_rel_err']:.3g}"
+    return Decision(True, f"baseline: parity max rel err {err}, noise {f['noise'] or 0:.3f}")
 
 
 def trailers(result: dict[str, Any], gate_seed: int, run_id: str, iteration: int) -> dict[str, str]:

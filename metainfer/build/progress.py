@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from metainfer.build.decision import figures
+
 
 class Progress:
     """Prints progress lines to ``stream`` (stderr by default), times relative to construction."""
@@ -30,11 +32,10 @@ class Progress:
         """One line for a finished gate stage (from the gate JSON), with its seconds and headline figure."""
         name, ok, secs = st.get("name"), st.get("ok"), st.get("seconds") or 0.0
         extra = ""
-        if name == "parity" and (result.get("parity") or {}).get("max_rel_err") is not None:
-            extra = f" (max rel err {result['parity']['max_rel_err']:.3g})"
-        if name == "bench":
-            obj = (result.get("bench") or {}).get("objective") or {}
-            if obj.get("speedup") is not None:
-                extra = f" speedup {obj['speedup']:.3f} ± {obj.get('noise') or 0:.3f}"
+        f = figures(result)
+        if name == "parity" and f["max_rel_err"] is not None:
+            extra = f" (max rel err {f['max_rel_err']:.3g})"
+        if name == "bench" and f["speedup"] is not None:
+            extra = f" speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
         status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"
         self.line(iteration, f"gate {name} {status}{extra} {secs:.1f}s")
