@@ -89,7 +89,7 @@ class RunRecord:
             path = runs_dir / run
         f = path / "run.json"
         if not f.is_file():
-            known = sorted(p.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
+            known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
             raise BuildError(f"no run {run!r} (looked for {f}); runs in {runs_dir}: {', '.join(known[-5:]) or 'none'}")
         state = json.loads(f.read_text())
         if state.get("schema") != SCHEMA:
