@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,17 @@ import pytest
 from metainfer.agents import AgentError, ProposalContext, get_agent
 from metainfer.targets import make_target
 
-TEMPLATE_TUNABLES = Path(__file__).resolve().parents[1] / "templates/engine/qwen3_5_moe/engine/tunables.json"
+TEMPLATE_TUNABLES = Path(__file__).resolve().parents[1] / "templates/engine/qwen3_5_moe/engine/tunables.json.j2"
+
+
+def _template_tunables(gpu: str) -> str:
+    """The template's tunables.json as `metainfer render` writes it for a target on ``gpu``."""
+    from metainfer.render import render_context
+
+    import jinja2
+
+    ctx = render_context(make_target("qwen3.6-35b-a3b-tiny", "nvfp4", gpu))
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(TEMPLATE_TUNABLES.read_text()).render(**ctx)
 
 
 def _engine(tmp_path: Path, values: dict, space: dict) -> Path:
@@ -74,13 +83,15 @@ def test_continues_a_direction_that_won(tmp_path):
         assert "direction that won" in p.summary
 
 
-def test_seeded_and_works_on_the_template_tunables(tmp_path):
-    src = json.loads(TEMPLATE_TUNABLES.read_text())
+@pytest.mark.parametrize("gpu", ["cpu", "h200"])
+def test_seeded_and_works_on_the_template_tunables(tmp_path, gpu):
+    text = _template_tunables(gpu)
+    src = json.loads(text)
     outs = []
     for _ in range(2):
         d = tmp_path / f"r{len(outs)}" / "generated" / "t" / "engine"
         d.mkdir(parents=True)
-        shutil.copy(TEMPLATE_TUNABLES, d / "tunables.json")
+        (d / "tunables.json").write_text(text)
         get_agent("offline").propose(_ctx(d.parent, 3, [], seed=7))
         outs.append(_values(d.parent))
     assert outs[0] == outs[1]
