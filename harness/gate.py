@@ -181,7 +181,11 @@ def run_gate(args: GateArgs) -> dict:
         "harness_digest": harness_digest(), "env": env_info(args.engine),
         "stages": [], "ok": False, "complete": False, "running": None, "parity": None, "bench": None,
     }
+    from harness import integrity
+
     ok = True
+    integrity.import_judge()
+    pristine = integrity.snapshot()  # after the judge's own imports, before any stage imports the engine
     for name in args.stages:
         record["running"] = name
         write_json(args.json_out, record)
@@ -191,6 +195,11 @@ def run_gate(args: GateArgs) -> dict:
         except Exception as err:  # the engine under test crashed: a red stage that says where, not a crashed judge
             tb = traceback.format_exc(limit=-6)
             stage_ok, error, detail = False, f"{type(err).__name__}: {err}", {"traceback": tb}
+        tampered = integrity.changed(pristine)
+        if tampered:  # the stage's figures came from the engine's functions, not the judge's
+            integrity.restore(pristine)
+            stage_ok = False
+            error = f"the engine replaced functions the judge computes with: {', '.join(tampered[:8])}; engines may not patch torch, numpy, time or the harness"
         record["stages"].append({"name": name, "ok": bool(stage_ok), "seconds": round(time.perf_counter() - t0, 3),
                                  "error": error, "detail": detail})
         if not stage_ok:

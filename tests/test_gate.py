@@ -128,3 +128,18 @@ def test_gate_json_is_strict_even_with_non_finite_figures(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text)["parity"] == {"max_rel_err": "nan", "x": ["inf", 1.0]}
     assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temp file left behind
+
+
+def test_integrity_names_a_replaced_judge_function_and_ignores_plain_state():
+    import torch
+
+    from harness import integrity
+
+    before = integrity.snapshot()
+    saved = torch.Tensor.norm
+    setattr(torch.Tensor, "norm", lambda self, *a, **k: saved(self, *a, **k) * 0)
+    torch.cuda._metainfer_test_flag = True  # plain state: not watched
+    assert integrity.changed(before) == ["torch.Tensor.norm"]
+    integrity.restore(before)
+    del torch.cuda._metainfer_test_flag
+    assert torch.Tensor.norm is saved and integrity.changed(before) == []
