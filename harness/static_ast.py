@@ -41,6 +41,8 @@ WRITE_CALLS = {"os.remove", "os.unlink", "os.rename", "os.replace", "os.makedirs
 WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "rename", "symlink_to",
                  "hardlink_to", "chmod", "tofile"}
 DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__"}
+#: Modules whose attributes, looked up by a computed name, would reach any import, file or process.
+DYNAMIC_TARGETS = {"importlib", "builtins", "__builtins__", "sys", "os", "io", "pathlib"}
 INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "gi_frame", "tb_frame"}
 
 
@@ -139,6 +141,10 @@ class _Visitor(ast.NodeVisitor):
             self.add(node, "file-write", f"calls {name}: an engine writes no files")
         elif name == "open" and self._open_writes(node):
             self.add(node, "file-write", "opens a file for writing: an engine writes no files")
+        if name in ("getattr", "builtins.getattr") and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+            target = self.dotted(node.args[0])
+            if target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
+                self.add(node, "forbidden-call", f"getattr({target}, <computed name>) hides what is called; name the function")
         if name in ("os.path.dirname",) and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with nested os.path.dirname(__file__)")
 
