@@ -309,3 +309,32 @@ def test_reader_refuses_broken_folders(tiny_checkpoint, tmp_path):
     (gptq / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="unsupported quantization_config.*gptq"):
         CheckpointReader(gptq)
+
+
+def test_damaged_checkpoints_are_named_errors_not_tracebacks(tiny_checkpoint, tmp_path):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from metainfer.checkpoint import CheckpointReader
+    from metainfer.errors import CheckpointError
+
+    src = tiny_checkpoint("bf16")
+    bad_json, dropped, truncated = (tmp_path / n for n in ("json", "dropped", "truncated"))
+    for d in (bad_json, dropped, truncated):
+        shutil.copytree(src, d)
+    (bad_json / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="config.json: not valid JSON"):
+        CheckpointReader(bad_json)
+    index = json.loads((dropped / "model.safetensors.index.json").read_text())["weight_map"]
+    name, shard = next(iter(index.items()))
+    tensors = load_file(dropped / shard)
+    del tensors[name]
+    save_file(tensors, dropped / shard)  # the index still places `name` there
+    with pytest.raises(CheckpointError, match="not in it"):
+        CheckpointReader(dropped)
+    shard_path = truncated / shard
+    shard_path.write_bytes(shard_path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="truncated or damaged"):
+        CheckpointReader(truncated)

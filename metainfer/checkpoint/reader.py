@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from metainfer.checkpoint.layout import IGNORED_PREFIXES, TEXT_ONLY_PREFIX, TEXT_PREFIX
 from metainfer.checkpoint.shards import INDEX
@@ -60,11 +60,12 @@ class CheckpointReader:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._handles: dict[str, object] = {}
         if not (self.path / "config.json").is_file():
             raise CheckpointError(
                 f"{self.path}: no config.json; point at an HF checkpoint folder or write one with `metainfer checkpoint`"
             )
-        self.config = json.loads((self.path / "config.json").read_text())
+        self.config = _read_json(self.path / "config.json")
         self.text_config = self.config.get("text_config", self.config)
         self._file_of = self._list_tensors()
         stored = set(self._file_of)
@@ -83,24 +84,48 @@ class CheckpointReader:
         self.convention = _detect_convention(self.config, self.path, stored)
         self.quant = "bf16" if self.convention is None else "nvfp4"
         self.fused_experts = any(n.endswith("mlp.experts.gate_up_proj") for n in self._stored)
-        self._handles: dict[str, object] = {}
 
     def _list_tensors(self) -> dict[str, str]:
         index = self.path / INDEX
         if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = _read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index}: no 'weight_map'; rewrite the index or the checkpoint")
             missing = sorted({f for f in weight_map.values() if not (self.path / f).is_file()})
             if missing:
                 raise CheckpointError(f"{self.path}: {INDEX} names shards that are not there: {missing}; copy them or rewrite the checkpoint")
+            for file in sorted(set(weight_map.values())):  # headers only: cheap, and a damaged shard fails here, by name
+                keys = set(self._open(file).keys())
+                absent = sorted(n for n, f in weight_map.items() if f == file and n not in keys)
+                if absent:
+                    raise CheckpointError(
+                        f"{self.path / file}: {len(absent)} tensors the index places there are not in it (first: {absent[0]}); "
+                        "the shard is damaged or stale: rewrite the checkpoint (`metainfer checkpoint ... --force`) or copy it again"
+                    )
             return dict(weight_map)
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise CheckpointError(f"{self.path}: no *.safetensors files and no {INDEX}; the folder holds no weights")
         out: dict[str, str] = {}
         for f in files:
-            with safe_open(str(f), framework="pt") as h:
-                out.update({k: f.name for k in h.keys()})
+            out.update({k: f.name for k in self._open(f.name).keys()})
         return out
+
+    def _open(self, file: str):
+        """The safetensors handle of one shard (cached).
+
+        Raises:
+            CheckpointError: the file is not a readable safetensors file (truncated, damaged).
+        """
+        if file not in self._handles:
+            try:
+                self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(
+                    f"{self.path / file}: not a readable safetensors file ({err}); the shard is truncated or damaged: "
+                    "rewrite the checkpoint (`metainfer checkpoint ... --force`) or copy it again"
+                ) from None
+        return self._handles[file]
 
     def names(self) -> list[str]:
         """Canonical names of every stored text tensor (prefix stripped), plus ``lm_head.weight``."""
@@ -112,9 +137,12 @@ class CheckpointReader:
 
     def _read(self, stored: str) -> torch.Tensor:
         file = self._file_of[stored]
-        if file not in self._handles:
-            self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
-        return self._handles[file].get_tensor(stored)
+        try:
+            return self._open(file).get_tensor(stored)
+        except SafetensorError as err:
+            raise CheckpointError(
+                f"{self.path / file}: cannot read {stored} ({err}); rewrite the checkpoint (`metainfer checkpoint ... --force`)"
+            ) from None
 
     def get(self, name: str) -> torch.Tensor:
         """One tensor, as stored, by its canonical name (``layers.3.self_attn.q_proj.weight``, ``lm_head.weight``).
@@ -237,3 +265,18 @@ class CheckpointReader:
                 yield key, self.get_linear(p.name[: -len(".weight")]).dense(dtype, device)
             else:
                 yield key, self.get(p.name).to(device=device, dtype=dtype)
+
+
+def _read_json(path: Path) -> dict:
+    """A checkpoint's JSON file as a dict.
+
+    Raises:
+        CheckpointError: the file is not valid JSON (names the file, the line and the fix).
+    """
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); repair it or rewrite the checkpoint") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}; repair it or rewrite the checkpoint")
+    return data
