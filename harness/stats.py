@@ -102,4 +102,7 @@ def objective(results: dict[str, WorkloadAB]) -> Objective:
     speedup = math.exp(sum(math.log(r.ratio) for r in results.values()) / len(results))
     noise = math.sqrt(sum(r.noise**2 for r in results.values()) / len(results))
     regressed = sorted(name for name, r in results.items() if r.regressed)
-    return Objective(speedup, noise, speedup - 1.0 > noise and not regressed, regressed)
+    # and the candidate won every paired round of every workload (a sign test: with wild timings,
+    # as on a loaded CPU, a median-and-range noise bar from few rounds alone let a no-faster engine through)
+    every_round = all(min(r.ratios) > 1.0 for r in results.values())
+    return Objective(speedup, noise, speedup - 1.0 > noise and not regressed and every_round, regressed)

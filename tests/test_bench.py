@@ -198,3 +198,13 @@ def test_ab_bench_full_shapes_on_cuda(engine_dir, tiny_checkpoint):
     for w in d["workloads"].values():
         assert 0 < w["roofline_fraction"] <= 1.0, w  # nothing beats the bytes it must move
         assert all(math.isfinite(x) and x > 0 for x in w["candidate"]["samples"] + w["baseline"]["samples"])
+
+
+def test_a_lost_round_means_not_beating_even_with_a_large_median_gain():
+    from harness import stats
+
+    ab = stats.compare([300.0, 310.0, 90.0], [100.0, 100.0, 100.0], higher_is_better=True)  # 3.0, 3.1, 0.9
+    obj = stats.objective({"decode-bs1": ab})
+    assert obj.speedup > 2 and not obj.beats_baseline
+    won = stats.objective({"decode-bs1": stats.compare([300.0, 310.0, 305.0], [100.0, 100.0, 100.0], True)})
+    assert won.beats_baseline
