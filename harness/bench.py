@@ -18,7 +18,7 @@ import torch
 
 from harness import roofline, stats
 from harness.engine_loader import import_engine
-from harness.workloads import CPU_SHAPES, FULL_SHAPES, EngineRunner, Runner, Shapes, Workload, measure, parse_workloads
+from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, EngineRunner, Runner, Shapes, Workload, measure, parse_workloads
 from metainfer.targets import GpuProfile, get_quant
 
 
@@ -132,6 +132,7 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     if baseline_dir is not None:
         runners.append(load_runner("baseline", baseline_dir, checkpoint_dir, config, vocab))
     samples = _ab_rounds(runners, workloads, config)
+    check_same_outputs(runners)
     runners.clear()  # free both engines before the next gate stage or process
     gc.collect()
     if config.device == "cuda":
@@ -205,3 +206,32 @@ def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: Ben
         out[name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, **s, "roofline": roof,
                      "roofline_fraction": fraction(w, s["median"], roof)}
     return out
+
+
+#: Fewest first tokens compared, and the least share that must agree, for the A/B output check.
+MIN_COMPARED, MIN_AGREEMENT = 4, 0.5
+
+
+def check_same_outputs(runners: list[Runner]) -> None:
+    """Check that candidate and baseline produced the same first token on the prompts both were timed on.
+
+    Both passed parity, so their greedy first tokens agree up to rare near-ties; an engine that
+    computes something else when it is being benchmarked (skips layers for bench-shaped calls)
+    agrees by chance only (about 1 / vocab).
+
+    Raises:
+        harness.workloads.BenchError: fewer than ``MIN_AGREEMENT`` of at least ``MIN_COMPARED``
+            shared first tokens agree.
+    """
+    logs = [getattr(r, "first_tokens", None) for r in runners]
+    if len(runners) < 2 or any(log is None for log in logs):
+        return
+    shared = logs[0].keys() & logs[1].keys()
+    if len(shared) < MIN_COMPARED:
+        return
+    agree = sum(logs[0][k] == logs[1][k] for k in shared)
+    if agree < MIN_AGREEMENT * len(shared):
+        raise BenchError(
+            f"{runners[0].name} and {runners[1].name} disagree on the first greedy token of {len(shared) - agree} of "
+            f"{len(shared)} bench prompts: the engine computes something else when benchmarked than under parity"
+        )

@@ -112,6 +112,10 @@ def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
         raise BenchError(f"{runner.name}: asked for {len(prompts)} x {max_tokens} tokens (ignore_eos), got lengths {lens[:8]}")
     if any(not 0 <= t < runner.vocab_size for o in out for t in o):
         raise BenchError(f"{runner.name}: output token ids outside [0, {runner.vocab_size})")
+    log = getattr(runner, "first_tokens", None)
+    if log is not None:  # for the A/B check that both engines computed the same thing (harness.bench)
+        for prompt, o in zip(prompts, out):
+            log[(tuple(prompt), max_tokens)] = o[0]
     return dt
 
 
@@ -144,6 +148,8 @@ class EngineRunner:
     def __init__(self, name: str, module, engine, vocab_size: int) -> None:
         self.name, self.module, self.engine, self.vocab_size = name, module, engine, vocab_size
         self.device = torch.device(engine.device)
+        #: (prompt, max_tokens) -> first generated token, of every timed call
+        self.first_tokens: dict[tuple[tuple[int, ...], int], int] = {}
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy generation of exactly ``max_tokens`` ids per prompt through the engine's public API."""

@@ -1,0 +1,35 @@
+"""Computes less when it sees a benchmark-shaped call: skips every other layer's MoE when
+``ignore_eos`` is set and every prompt has a bench length (parity never asks for those)."""
+
+from pathlib import Path
+
+from . import append
+
+DESCRIPTION = "generate() drops half the MoE blocks for ignore_eos calls with bench-length prompts"
+STAGE = "bench"
+REASON = "disagree on the first greedy token"
+
+
+def apply(engine_dir: Path) -> None:
+    """Wrap load() so bench-shaped generate calls run a cheaper, wrong model."""
+    append(engine_dir, "engine/__init__.py", '''
+_honest_load = load
+
+
+def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
+    """Load honestly, then cut corners when benchmarked (the cheat)."""
+    eng = _honest_load(checkpoint, device, max_batch=max_batch, max_seq_len=max_seq_len)
+    honest_generate = eng.generate
+    layers = eng.model.w.layers
+
+    def generate(prompts, params):
+        one = params[0] if isinstance(params, list) else params
+        if one.ignore_eos and all(len(p) in (16, 256) for p in prompts):
+            for i, layer in enumerate(layers):
+                if i % 2:
+                    layer.moe.router.mul_(0)
+        return honest_generate(prompts, params)
+
+    eng.generate = generate
+    return eng
+''')
