@@ -12,15 +12,6 @@ import torch
 from test_engine_support import LAYER1_TOL, assert_logits_close, prompt, rel_rows, render_tiny
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # the CPU is shared; torch's thread pool makes tiny ops 100x slower under contention
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def engine_mod(tmp_path_factory):
     out = tmp_path_factory.mktemp("gen")

@@ -14,14 +14,6 @@ from test_engine_support import prompt, render_tiny
 GAP = 0.25  # logits; measured ≤ 0.04 between batch shapes, a wrong token is ~1-3 below the best
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def mod(tmp_path_factory):
     return render_tiny("bf16", tmp_path_factory.mktemp("gen"))

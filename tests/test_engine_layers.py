@@ -14,15 +14,7 @@ import importlib
 import pytest
 import torch
 
-from test_engine_support import TINY, rel_rows, render_tiny
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from test_engine_support import rel_rows, render_tiny
 
 
 @pytest.fixture(scope="module", params=["bf16", "nvfp4"])
