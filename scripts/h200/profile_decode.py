@@ -56,21 +56,20 @@ def profile_decode(engine_dir: Path, ckpt: str, out: Path, prompt_len: int = 256
     tok = 17
     for _ in range(8):  # warm-up (compiles, graph replays)
         engine.decode(slots, [tok])
-    times = []
-    for _ in range(64):
-        sync()
-        t = time.perf_counter()
-        engine.decode(slots, [tok])
-        sync()
-        times.append(time.perf_counter() - t)
+
+    def step_times(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            sync()
+            t = time.perf_counter()
+            engine.decode(slots, [tok])
+            sync()
+            out.append(time.perf_counter() - t)
+        return out
+
+    times = step_times(64)
     graphs, engine.graphs = getattr(engine, "graphs", None), None
-    eager = []
-    for _ in range(8):
-        sync()
-        t = time.perf_counter()
-        engine.decode(slots, [tok])
-        sync()
-        eager.append(time.perf_counter() - t)
+    eager = step_times(8)
     steps = 8
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities, record_shapes=True) as prof:
