@@ -69,7 +69,7 @@ def test_attention_matches_hf(setup, pieces):
     x = _x(sum(pieces), eng.dims.hidden_size, seed=1)
     rope = sub["attention"].Rope(eng.dims, eng.device)
     w = eng.model.w.layers[i].attn
-    ours = _run_pieces(eng, sub, lambda xp, b: sub["attention"].attention_forward(xp, w, i, b, eng.cache, rope, eng.dims), x, pieces)
+    ours = _run_pieces(eng, sub, lambda xp, b: sub["attention"].attention_forward(xp, w, i, b, eng.cache, rope.cos_sin(b.positions), eng.dims), x, pieces)
     pos = torch.arange(x.shape[0])[None]
     with torch.no_grad():
         emb = hf.model.rotary_emb(x[None].float(), pos)
@@ -100,3 +100,29 @@ def test_moe_matches_hf(setup):
     err = rel_rows(ours, ref)
     assert torch.isfinite(ours).all() and ref.abs().max() > 0
     assert err.median() < 2e-2 and (err > 5e-2).sum() <= 2, f"moe layer {i}: median {err.median():.3g}, worst {err.max():.3g}"
+
+
+def test_stacked_shared_expert_matches_separate_one(setup):
+    """NVFP4: the shared expert run as expert E of the stack (one router GEMV, k+1 pairs in the MoE
+    kernels, one fp32 sum) equals the separate shared-expert path (own GEMVs, bf16 sigmoid gate,
+    bf16 add) up to bf16 rounding."""
+    eng, _, sub = setup
+    moe = eng.model.w.layers[1].moe
+    if not moe.experts.quantized:
+        assert not moe.shared_stacked
+        return
+    assert moe.shared_stacked and moe.experts.w13.shape[0] == eng.dims.num_experts + 1
+    ex = moe.experts
+    routed = type(ex)(ex.w13[:-1], ex.w2[:-1], ex.s13[:-1], ex.g13[:-1], ex.s2[:-1], ex.g2[:-1])
+    lin = type(eng.model.w.layers[0].gdn.in_proj)
+    separate = type(moe)(
+        router=moe.router[:-1], experts=routed, shared_expert_gate=moe.router[-1:],
+        shared_gate=lin(ex.w13[-1, : ex.w13.shape[1] // 2], ex.s13[-1, : ex.w13.shape[1] // 2], ex.g13[-1, 0]),
+        shared_up=lin(ex.w13[-1, ex.w13.shape[1] // 2 :], ex.s13[-1, ex.w13.shape[1] // 2 :], ex.g13[-1, 1]),
+        shared_down=lin(ex.w2[-1], ex.s2[-1], ex.g2[-1]),
+    )
+    x = _x(9, eng.dims.hidden_size, seed=5)
+    a = sub["moe"].moe_forward(x, moe, eng.dims, eng.model.launch)
+    b = sub["moe"].moe_forward(x, separate, eng.dims, eng.model.launch)
+    err = rel_rows(a, b)
+    assert torch.isfinite(a).all() and err.max() < 1e-2, f"stacked vs separate shared expert: worst row {err.max():.3g}"

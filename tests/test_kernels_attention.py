@@ -1,22 +1,14 @@
 """Decode attention kernel against its plain-torch reference, under the Triton interpreter on CPU
 and at the real shapes on CUDA."""
 
-import os
+from test_kernels_common import load_kernels  # sets TRITON_INTERPRET first
 
-import torch
-
-if not torch.cuda.is_available():  # before triton is imported: interpret kernels on the CPU
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import importlib.util
-from pathlib import Path
+import importlib
 
 import pytest
+import torch
 
-_PATH = Path(__file__).resolve().parents[1] / "templates/engine/qwen3_5_moe/engine/kernels/attention_decode.py"
-_spec = importlib.util.spec_from_file_location("attention_decode_under_test", _PATH)
-ad = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ad)
+ad = importlib.import_module(f"{load_kernels().__name__}.attention_decode")
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -51,6 +43,20 @@ def test_decode_attention_matches_reference_cpu(lens, splits, block_n):
     assert _rel(out, ref) < TOL
 
 
+@pytest.mark.parametrize("lens,splits", [([7, 1, 40], 3), ([100], 1)])
+def test_decode_attention_gate_is_fused_into_the_combine(lens, splits):
+    """With a gate the output is ``bf16(attn) * sigmoid(gate)`` in bf16, the gate read through a
+    strided view (per head [q | gate] rows of the projection)."""
+    q, k, v, slots, lens_t = _case("cpu", 5, 100, 2, 8, 32, lens, seed=11)
+    proj = torch.randn(len(lens), 8, 2 * 32, generator=torch.Generator().manual_seed(2)).bfloat16() * 2
+    gate = proj[..., 32:]  # strided: 64 apart per head
+    out = ad.attention_decode(q, k, v, slots, lens_t, 32**-0.5, splits=splits, block_n=16, gate=gate)
+    ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 32**-0.5, gate=gate)
+    plain = ad.attention_decode_ref(q, k, v, slots, lens_t, 32**-0.5)
+    assert _rel(out, ref) < TOL
+    assert _rel(plain, ref) > 0.1  # the gate changed the output: the test can fail
+
+
 def test_decode_attention_reference_matches_float64():
     q, k, v, slots, lens_t = _case("cpu", 3, 40, 1, 3, 16, [5, 40], seed=1)
     ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 0.25)
@@ -73,6 +79,8 @@ def test_decode_attention_rejects_mismatched_head_dim():
 @pytest.mark.parametrize("lens", [[1], [257, 512, 3, 1000] * 8])
 def test_decode_attention_real_shapes_cuda(lens):
     q, k, v, slots, lens_t = _case("cuda", 40, 1024, 2, 16, 256, lens, seed=3)
-    out = ad.attention_decode(q, k, v, slots, lens_t, 256**-0.5)
-    ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 256**-0.5)
-    assert _rel(out, ref) < TOL
+    gate = torch.randn(len(lens), 16, 256, device="cuda").bfloat16()
+    for g in (None, gate):
+        out = ad.attention_decode(q, k, v, slots, lens_t, 256**-0.5, gate=g)
+        ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 256**-0.5, gate=g)
+        assert _rel(out, ref) < TOL

@@ -1,6 +1,7 @@
-"""Gated DeltaNet kernels (recurrent step, conv1d update) and the prefill references: Triton against
-the reference, references against HF's functions and a float64 loop, chunked prefill against the
-recurrent step at every split point."""
+"""Gated DeltaNet kernels (recurrent step, with the gates fused in too, conv1d update) and the prefill
+references: Triton against the reference, references against HF's functions and a float64 loop,
+chunked prefill against the recurrent step at every split point. Decode inputs that are column
+slices of in_proj's output are tested as such, with NaN in the columns around them."""
 
 from __future__ import annotations
 
@@ -39,6 +40,53 @@ def test_gdn_step_kernel_matches_reference(b, hk, hv, dk, dv, block_v):
     assert torch.isnan(state[unused]).all()
 
 
+def _gate_inputs(b, hv, seed, device=DEVICE):
+    """a, b: bf16 [B, HV] column slices of a NaN-filled [B, 3·HV + 5] block (row stride ≠ HV, as
+    in_proj's output), a spanning softplus's regimes (one entry above the threshold 20, one at
+    −40); A_log, dt_bias fp32 [HV] (A_log = log A, A in [0.37, 2.7])."""
+    gen = torch.Generator().manual_seed(seed)
+    wide = torch.full((b, 3 * hv + 5), float("nan"))
+    wide[:, 1 : 1 + hv] = torch.randn(b, hv, generator=gen) * 4
+    wide[:, 2 * hv + 3 : 3 * hv + 3] = torch.randn(b, hv, generator=gen) * 2
+    wide[0, 1], wide[0, hv] = 30.0, -40.0
+    wide = wide.bfloat16().to(device)
+    a_log = (torch.rand(hv, generator=gen) * 2 - 1).to(device)
+    dt_bias = torch.randn(hv, generator=gen).to(device)
+    return wide[:, 1 : 1 + hv], wide[:, 2 * hv + 3 : 3 * hv + 3], a_log, dt_bias
+
+
+@pytest.mark.parametrize("b,hk,hv,dk,dv,block_v", [(1, 1, 2, 16, 16, 16), (3, 2, 4, 48, 24, 16)])
+def test_gdn_step_gated_kernel_matches_reference(b, hk, hv, dk, dv, block_v):
+    k = load_kernels()
+    q, kk, v, _, _, state, slots = _gdn_inputs(b, hk, hv, dk, dv, n_slots=b + 2, seed=7 + b)
+    a, bb, a_log, dt_bias = _gate_inputs(b, hv, seed=b)
+    assert a.stride(0) != hv and bb.stride(0) != hv
+    s0 = state.clone()
+    state_ref = state.clone()
+    o = k.gdn_recurrent_step_gated(q, kk, v, a, bb, a_log, dt_bias, state, slots, block_v=block_v)
+    o_ref = k.reference.gdn_recurrent_step_gated_ref(q, kk, v, a, bb, a_log, dt_bias, state_ref, slots)
+    assert rel_err(o, o_ref) < TOL_BF16
+    used = slots.long()
+    assert rel_err(state[used], state_ref[used]) < TOL_FP32
+    assert torch.equal(state.isnan(), state_ref.isnan())  # rows outside slots untouched (NaN)
+    # the reference is the plain step fed HF's gate formulas (beta kept in fp32, HF rounds it to bf16)
+    g = -a_log.exp() * torch.nn.functional.softplus(a.float() + dt_bias)
+    o_plain = k.reference.gdn_recurrent_step_ref(q, kk, v, g, torch.sigmoid(bb.float()), s0, slots)
+    assert torch.equal(o_plain, o_ref) and torch.equal(s0[used], state_ref[used])
+
+
+def test_gdn_step_gated_checks_name_the_problem():
+    k = load_kernels()
+    q, kk, v, _, _, state, slots = _gdn_inputs(1, 1, 2, 8, 8, n_slots=2, seed=0, device="cpu")
+    a, bb, a_log, dt_bias = _gate_inputs(1, 2, seed=0, device="cpu")
+    with pytest.raises(ValueError, match="A_log has dtype"):
+        k.gdn_recurrent_step_gated(q, kk, v, a, bb, a_log.bfloat16(), dt_bias, state, slots)
+    with pytest.raises(ValueError, match="dt_bias has shape"):
+        k.gdn_recurrent_step_gated(q, kk, v, a, bb, a_log, dt_bias[:1], state, slots)
+    with pytest.raises(ValueError, match="a must have a contiguous last dim"):
+        k.gdn_recurrent_step_gated(q, kk, v, torch.stack([a, a], -1)[..., 0], bb, a_log, dt_bias, state, slots)
+
+
 def test_gdn_step_reference_matches_hf_and_float64():
     k = load_kernels()
     q, kk, v, g, beta, state, slots = _gdn_inputs(2, 2, 4, 16, 8, n_slots=3, seed=1, device="cpu")
@@ -63,11 +111,16 @@ def test_gdn_step_reference_matches_hf_and_float64():
             assert rel_err(o[i, h], s.T @ qh) < TOL_BF16
 
 
-@pytest.mark.parametrize("b,c,width,block_c", [(1, 40, 4, 16), (3, 64, 4, 32), (2, 24, 2, 16)])
-def test_conv1d_update_kernel_matches_reference(b, c, width, block_c):
+@pytest.mark.parametrize("b,c,width,block_c,strided", [(1, 40, 4, 16, False), (3, 64, 4, 32, True), (2, 24, 2, 16, True)])
+def test_conv1d_update_kernel_matches_reference(b, c, width, block_c, strided):
+    """strided: x is a column slice of a wider NaN-filled block (in_proj's output), read in place."""
     k = load_kernels()
     gen = torch.Generator().manual_seed(c + b)
     x = torch.randn(b, c, generator=gen).bfloat16().to(DEVICE)
+    if strided:
+        wide = torch.full((b, c + 13), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        wide[:, 5 : 5 + c] = x
+        x = wide[:, 5 : 5 + c]
     weight = torch.randn(c, width, generator=gen).to(DEVICE)
     state = torch.full((b + 2, c, width - 1), float("nan")).bfloat16()
     slots = torch.randperm(b + 2, generator=gen)[:b].to(torch.int32)
@@ -211,3 +264,28 @@ def test_gdn_decode_real_shapes_cuda(b):
     y = k.causal_conv1d_update(x, cs, w, slots)
     assert rel_err(y, k.reference.causal_conv1d_update_ref(x, cs_ref, w, slots)) < TOL_BF16
     assert torch.equal(cs, cs_ref)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("b", [1, 64])
+def test_gdn_gated_decode_real_shapes_cuda(b):
+    """The decode path as gdn.py runs it: conv1d, gated step and a, b all read in_proj's column slices."""
+    k = load_kernels()
+    conv_dim, value_dim, hv = 8192, 4096, 32
+    proj = torch.randn(b, conv_dim + value_dim + 2 * hv, device="cuda").bfloat16()
+    mixed, _, bb, a = proj.split([conv_dim, value_dim, hv, hv], dim=-1)
+    _, _, _, _, _, state, slots = _gdn_inputs(b, 16, 32, 128, 128, n_slots=b + 8, seed=b, device="cuda")
+    w = torch.randn(conv_dim, 4, device="cuda").bfloat16()
+    cs = torch.randn(b + 8, conv_dim, 3, device="cuda").bfloat16()
+    cs_ref, state_ref = cs.clone(), state.clone()
+    y = k.causal_conv1d_update(mixed, cs, w, slots)
+    assert rel_err(y, k.reference.causal_conv1d_update_ref(mixed, cs_ref, w, slots)) < TOL_BF16
+    assert torch.equal(cs, cs_ref)
+    q, kk, v = (t.reshape(b, -1, 128) for t in y.split([2048, 2048, value_dim], dim=-1))
+    a_log = torch.empty(hv, device="cuda").uniform_(0.01, 16).log_()
+    dt_bias = torch.randn(hv, device="cuda")
+    o = k.gdn_recurrent_step_gated(q, kk, v, a, bb, a_log, dt_bias, state, slots)
+    o_ref = k.reference.gdn_recurrent_step_gated_ref(q, kk, v, a, bb, a_log, dt_bias, state_ref, slots)
+    assert rel_err(o, o_ref) < TOL_BF16
+    assert rel_err(state[slots.long()], state_ref[slots.long()]) < TOL_FP32

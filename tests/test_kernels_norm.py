@@ -44,6 +44,28 @@ def test_gated_rmsnorm_kernel_matches_reference(t, w_dtype):
     assert rel_err(y, k.reference.gated_rmsnorm_ref(o, z, w, EPS)) < TOL_BF16
 
 
+@pytest.mark.parametrize("t", [1, 3])
+def test_gated_rmsnorm_strided_inputs(t):
+    """As gdn.py calls it: o [T, NH, D] contiguous, z a [T, NH·D] column slice of a wider NaN-filled
+    block viewed as [T, NH, D] (token stride ≠ NH·D); and a 2-D o with strided rows."""
+    k = load_kernels()
+    nh, d = 3, 24
+    o, z, w = _data(t * nh, d, seed=20 + t)
+    wide = torch.full((t, nh * d + 10), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    wide[:, 7 : 7 + nh * d] = z.reshape(t, nh * d)
+    z3 = wide[:, 7 : 7 + nh * d].view(t, nh, d)
+    y = k.gated_rmsnorm(o.reshape(t, nh, d), z3, 1 + w, EPS)
+    assert y.shape == (t, nh, d) and y.is_contiguous()
+    y_ref = k.reference.gated_rmsnorm_ref(o, z, 1 + w, EPS)
+    assert rel_err(y.reshape(t * nh, d), y_ref) < TOL_BF16
+    o_wide = torch.full((t * nh, d + 6), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    o_wide[:, 2 : 2 + d] = o
+    y3 = k.gated_rmsnorm(o_wide[:, 2 : 2 + d], z, 1 + w, EPS)  # o rows strided
+    assert rel_err(y3, y_ref) < TOL_BF16
+    with pytest.raises(ValueError, match="2-D \\[N, D\\] or 3-D"):
+        k.gated_rmsnorm(o.reshape(1, t, nh, d), z.reshape(1, t, nh, d), w, EPS)
+
+
 def test_rmsnorm_reference_is_hf_module():
     k = load_kernels()
     x, r, w = _data(5, 64, seed=3, device="cpu")
@@ -78,3 +100,7 @@ def test_norms_real_shapes_cuda():
     assert rel_err(y, y_ref) < TOL_BF16 and rel_err(s, s_ref) < TOL_BF16
     o, z, wg = _data(64 * 32, 128, seed=6, device="cuda")
     assert rel_err(k.gated_rmsnorm(o, z, wg, EPS), k.reference.gated_rmsnorm_ref(o, z, wg, EPS)) < TOL_BF16
+    proj = torch.randn(64, 8192 + 4096 + 64, device="cuda").bfloat16()  # decode: z a column slice of in_proj's output
+    z3 = proj[:, 8192 : 8192 + 4096].view(64, 32, 128)
+    y = k.gated_rmsnorm(o.view(64, 32, 128), z3, wg, EPS)
+    assert rel_err(y, k.reference.gated_rmsnorm_ref(o.view(64, 32, 128), z3, wg, EPS)) < TOL_BF16

@@ -57,6 +57,7 @@ def _routing(t, top_k, n_hit, seed):
     "m,n,k_dim,launch",
     [
         (1, 40, 80, {}),  # GEMV, K not a multiple of the K block
+        (1, 40, 80, {"gemv_words": 0}),  # GEMV reading bytes instead of int32 words
         (3, 24, 48, {"gemv_max_m": 4}),  # GEMV with several rows
         (3, 40, 80, {"gemv_max_m": 0}),  # tl.dot, M < 16
         (17, 24, 48, {"block_m": 16}),
@@ -82,7 +83,10 @@ def test_nvfp4_linear_reference_matches_float64():
     assert rel_err(k.reference.nvfp4_linear_ref(x, w, s, g), x.double() @ w64.T) < TOL_BF16
 
 
-@pytest.mark.parametrize("t,launch", [(1, {}), (3, {}), (3, {"gemv_max_t": 0}), (17, {}), (65, {"block_m": 32})])
+@pytest.mark.parametrize("t,launch", [
+    (1, {}), (3, {}), (1, {"gemv_words": 0}), (3, {"gemv_unroll": 0}), (2, {"gemv_words": 0, "gemv_unroll": 0}),
+    (3, {"gemv_max_t": 0}), (17, {}), (65, {"block_m": 32}),
+])
 def test_moe_kernel_matches_reference(t, launch):
     """E = 6 with experts 4, 5 never hit (their scales are NaN: reading them would poison the output);
     ids repeat across tokens; t ≤ 4 takes the GEMV path unless gemv_max_t says otherwise."""
@@ -141,19 +145,20 @@ def _random_nvfp4(shape_n_k, lead, device, seed):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("m", [1, 2, 16, 300])
-def test_nvfp4_linear_real_shapes_cuda(m):
+@pytest.mark.parametrize("m,words", [(1, 1), (1, 0), (2, 1), (16, 1), (300, 1)])
+def test_nvfp4_linear_real_shapes_cuda(m, words):
     k = load_kernels()
     w, s = _random_nvfp4((1024, 2048), (), "cuda", seed=m)
     g = torch.tensor(0.01, device="cuda")
     x = torch.randn(m, 2048, device="cuda").bfloat16()
-    assert rel_err(k.nvfp4_linear(x, w, s, g), k.reference.nvfp4_linear_ref(x, w, s, g)) < TOL_BF16
+    y = k.nvfp4_linear(x, w, s, g, gemv_words=words)
+    assert rel_err(y, k.reference.nvfp4_linear_ref(x, w, s, g)) < TOL_BF16
 
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("t", [1, 4, 64, 513])
-def test_moe_real_shapes_cuda(t):
+@pytest.mark.parametrize("t,flags", [(1, {}), (1, {"gemv_words": 0, "gemv_unroll": 0}), (4, {"gemv_unroll": 0}), (9, {}), (64, {}), (513, {})])
+def test_moe_real_shapes_cuda(t, flags):
     k = load_kernels()
     n_exp, hidden, inter, top_k = 256, 2048, 512, 8
     w13, s13 = _random_nvfp4((2 * inter, hidden), (n_exp,), "cuda", seed=1)
@@ -165,4 +170,4 @@ def test_moe_real_shapes_cuda(t):
     tw = tw / tw.sum(-1, keepdim=True)
     x = torch.randn(t, hidden, device="cuda").bfloat16()
     args = (x, ids.to(torch.int32), tw, w13, s13, g13, w2, s2, g2)
-    assert rel_err(k.moe_nvfp4(*args), k.reference.moe_nvfp4_ref(*args)) < TOL_BF16
+    assert rel_err(k.moe_nvfp4(*args, **flags), k.reference.moe_nvfp4_ref(*args)) < TOL_BF16

@@ -277,7 +277,7 @@ def test_subtle_bug_passes_old_tolerance_but_fails_new(rendered, tiny_checkpoint
     from harness.parity import run_parity
 
     engine = rendered("bf16", tmp_path / "unnormalised")
-    _break(engine, "return ids, weights / weights.sum(-1, keepdim=True)", "return ids, weights", file="moe.py")
+    _break(engine, "weights = weights / weights.sum(-1, keepdim=True)", "weights = weights", file="kernels/reference.py")
     res = run_parity(engine, tiny_checkpoint("bf16"), seed=3, lengths=(3, 65), steps=4)
     assert not res.ok, format_table(res)
     worst = max(res.max_rel_err, res.max_decode_rel_err)

@@ -9,6 +9,9 @@ Steps (``--steps``, comma list, in this order):
 - ``profile``: a per-kernel profile of one batch-1 decode step (eager, CUPTI), with the bytes
   each weight-reading op moves, and the graph-replayed step time.
 - ``bench``: the three DESIGN.md workloads on our engine (median, spread, roofline fraction).
+- ``kbench``: the engine's kernel timings at the real shapes (``kernels.bench --graph``, T = 1, 8, 32).
+- ``crosscheck``: our greedy tokens on the prompts vLLM answered in ``--vllm-json`` (same
+  checkpoint seed), token by token; a disagreement is reported, not raised.
 
 Every step writes ``<out>/<step>.json`` and prints one summary line. Usage (device machine):
 ``python3 scripts/h200/full_run.py --steps checkpoint,render,parity,profile --out $OUT``.
@@ -31,6 +34,10 @@ def _target(args) -> str:
 
 
 def _commit() -> str:
+    """The source commit: ``.device_commit`` (written before a device call, whose copy has no .git), else git."""
+    marker = Path(".device_commit")
+    if marker.is_file():
+        return marker.read_text().strip()
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -86,8 +93,33 @@ def step_profile(args) -> dict:
     return profile_decode(Path(args.gen) / _target(args), args.ckpt, Path(args.out), device=args.device)
 
 
+def step_kbench(args) -> dict:
+    engine = Path(args.gen) / _target(args)
+    cmd = [sys.executable, "-m", "engine.kernels.bench", "--graph", "--sweep", "--tokens", "1", "8", "32"]
+    run = subprocess.run(cmd, cwd=engine, capture_output=True, text=True, timeout=600)
+    if run.returncode:
+        raise RuntimeError(f"kernels.bench failed (rc {run.returncode}): {run.stderr[-2000:]}")
+    (Path(args.out) / "kbench.txt").write_text(run.stdout)
+    return {"lines": run.stdout.splitlines()}
+
+
+def step_crosscheck(args) -> dict:
+    from harness.engine_loader import import_engine
+
+    greedy = json.loads(Path(args.vllm_json).read_text())["greedy"]
+    mod = import_engine(Path(args.gen) / _target(args))
+    eng = mod.load(args.ckpt, args.device, max_batch=len(greedy["prompts"]), max_seq_len=512)
+    params = mod.SamplingParams(max_tokens=greedy["max_tokens"], temperature=0.0, ignore_eos=True)
+    ours = eng.generate(greedy["prompts"], params)
+    rows = []
+    for o, v in zip(ours, greedy["tokens"]):
+        first = next((i for i, (a, b) in enumerate(zip(o, v)) if a != b), None)
+        rows.append({"ours": o, "vllm": v, "first_disagreement": first, "agree": sum(a == b for a, b in zip(o, v))})
+    return {"vllm_json": str(args.vllm_json), "all_agree": all(r["first_disagreement"] is None for r in rows), "prompts": rows}
+
+
 STEPS = {"checkpoint": step_checkpoint, "render": step_render, "parity": step_parity,
-         "profile": step_profile, "bench": step_bench}
+         "profile": step_profile, "bench": step_bench, "kbench": step_kbench, "crosscheck": step_crosscheck}
 
 
 def main() -> int:
@@ -104,6 +136,7 @@ def main() -> int:
     p.add_argument("--gpu", default=GPU)
     p.add_argument("--device", default="cuda")
     p.add_argument("--reference-dtype", default="bfloat16")
+    p.add_argument("--vllm-json", default="docs/results/h200-2026-11-30/vllm.json", help="crosscheck: vLLM's result JSON")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     failed = False

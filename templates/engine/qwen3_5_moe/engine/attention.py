@@ -36,21 +36,6 @@ class Rope:
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos(), emb.sin()
 
-    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate-half RoPE on the first rotary_dim dims of x [T, heads, hd] (bf16), computed in fp32, rest untouched."""
-        d = self.rotary_dim
-        rot = x[..., :d].float()
-        x1, x2 = rot[..., : d // 2], rot[..., d // 2 :]
-        rotated = torch.cat([-x2, x1], dim=-1)
-        out = rot * cos[:, None, :] + rotated * sin[:, None, :]
-        return torch.cat([out.to(x.dtype), x[..., d:]], dim=-1)
-
-
-def _head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    t, h, d = x.shape
-    y, _ = kernels.rmsnorm(x.reshape(t * h, d), w, eps)
-    return y.reshape(t, h, d)
-
 
 def attention_forward(
     x: torch.Tensor,
@@ -58,7 +43,7 @@ def attention_forward(
     layer: int,
     batch: Batch,
     cache: StateCache,
-    rope: Rope,
+    cos_sin: tuple[torch.Tensor, torch.Tensor],
     dims: ModelDims,
     decode_splits: int = 0,
 ) -> torch.Tensor:
@@ -67,6 +52,7 @@ def attention_forward(
     Args:
         x: bf16 [T, H], the input-normed hidden states.
         layer: model layer index (selects the cache tensors).
+        cos_sin: fp32 cos, sin [T, rotary_dim] of the tokens' positions (``Rope.cos_sin``, once per forward).
         decode_splits: tunable ``attention_decode_splits`` (0: SDPA over gathered K/V; N: split-K kernel).
     Returns:
         bf16 [T, H].
@@ -74,22 +60,18 @@ def attention_forward(
     t = x.shape[0]
     nq, nkv, hd = dims.num_attention_heads, dims.num_key_value_heads, dims.head_dim
     qkv = linear(x, w.qkv_proj)  # [T, nq*2*hd + 2*nkv*hd]
-    qg, k, v = qkv.split([nq * 2 * hd, nkv * hd, nkv * hd], dim=-1)
-    qg = qg.reshape(t, nq, 2 * hd)
-    q, gate = qg[..., :hd], qg[..., hd:].reshape(t, nq * hd)
-    q = _head_norm(q.contiguous(), w.q_norm, dims.rms_norm_eps)  # [T, nq, hd]
-    k = _head_norm(k.reshape(t, nkv, hd).contiguous(), w.k_norm, dims.rms_norm_eps)
-    v = v.reshape(t, nkv, hd)
-    cos, sin = rope.cos_sin(batch.positions)
-    q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-
+    gate = qkv[:, : nq * 2 * hd].view(t, nq, 2 * hd)[..., hd:]  # [T, nq, hd], strided
     j = cache.layer_index[layer]
     kc, vc = cache.k[j], cache.v[j]  # [S, L, nkv, hd]
-    kc[batch.token_slots, batch.positions] = k
-    vc[batch.token_slots, batch.positions] = v
+    # q, k normed and roped; k and v written into the cache at (slot, position)
+    q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, batch.token_slots, batch.positions,
+                                   nq, nkv, dims.rms_norm_eps)  # [T, nq, hd]
     scale = hd**-0.5
+    if batch.decode and decode_splits:
+        o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate)  # gated inside
+        return linear(o.reshape(t, nq * hd), w.o_proj)
     if batch.decode:
-        o = _decode_attention(q, kc, vc, batch, scale, decode_splits)
+        o = _decode_attention_sdpa(q, kc, vc, batch, scale)
     else:
         o = torch.empty(t, nq, hd, dtype=x.dtype, device=x.device)
         for i, (slot, start, n) in enumerate(zip(batch.slots, batch.starts, batch.lens)):
@@ -102,19 +84,25 @@ def attention_forward(
             mask = torch.arange(total, device=x.device)[None, :] <= (start + torch.arange(n, device=x.device))[:, None]
             oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=nq != nkv)
             o[a:b] = oi[0].transpose(0, 1)
-    o = o.reshape(t, nq * hd) * torch.sigmoid(gate)
+    o = (o * torch.sigmoid(gate)).reshape(t, nq * hd)
     return linear(o, w.o_proj)
 
 
-def _decode_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int) -> torch.Tensor:
-    """One query per sequence against its first ``start + 1`` cached keys; q [B, nq, hd] -> [B, nq, hd]."""
-    if splits:
-        from .kernels import attention_decode as ad  # imports triton; only when asked for
+def _decode_attention_splitk(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int, gate: torch.Tensor
+) -> torch.Tensor:
+    """Split-K kernel (reads the cache in place, no host sync): q, gate [B, nq, hd] -> ``attn * sigmoid(gate)``."""
+    from .kernels import attention_decode as ad  # imports triton; only when asked for
 
-        lens = (batch.positions + 1).to(torch.int32)  # on device: no host sync, graph-safe
-        if q.is_cuda:
-            return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits)
-        return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale)
+    lens = (batch.positions + 1).to(torch.int32)  # on device: no host sync, graph-safe
+    if q.is_cuda:
+        return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits, gate=gate)
+    return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale, gate=gate)
+
+
+def _decode_attention_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
+    """SDPA over each sequence's gathered K/V up to the longest length (a host read of the lengths);
+    q [B, nq, hd] -> [B, nq, hd]."""
     lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
     longest = max(batch.starts) + 1
     ks = kc[batch.slots_t, :longest].transpose(1, 2)  # [B, nkv, longest, hd]

@@ -6,8 +6,10 @@ bias) + SiLU, continuing each slot's last W-1 inputs; then q | k | v split. ``be
 an fp32 state [dk, dv]: ``S ← S·exp(g); δ = β(v − Sᵀk); S ← S + kδᵀ; o = Sᵀq`` with q, k
 L2-normalised and q × dk^-0.5; each key head serves ``nv/nk`` consecutive value heads. Prefill
 uses the chunked (UT-transform) form over packed sequences (``kernels.gdn_chunk_prefill``),
-decode the recurrent step (``kernels.gdn_recurrent_step``); they are the same math, so any split
-of a sequence between them gives the same result up to fp32 rounding.
+decode the recurrent step with the gates fused in (``kernels.gdn_recurrent_step_gated``, which
+reads a, b, and the conv1d update and gated norm read in_proj's column slices, without copies);
+they are the same math, so any split of a sequence between them gives the same result up to
+fp32 rounding.
 Output: ``out_proj(w * rmsnorm(o) * silu(z))``.
 """
 
@@ -41,18 +43,19 @@ def gdn_forward(
     nk, nv = dims.linear_num_key_heads, dims.linear_num_value_heads
     dk, dv = dims.linear_key_head_dim, dims.linear_value_head_dim
     proj = linear(x, w.in_proj)
-    mixed, z, b, a = proj.split([dims.conv_dim, dims.value_dim, nv, nv], dim=-1)
-    beta = torch.sigmoid(b.float())  # [T, nv]
-    g = -w.A_log.exp() * F.softplus(a.float() + w.dt_bias)  # [T, nv]
+    mixed, z, b, a = proj.split([dims.conv_dim, dims.value_dim, nv, nv], dim=-1)  # column slices, no copies
     j = cache.layer_index[layer]
     conv_state, ssm = cache.conv[j], cache.ssm[j]
-    if batch.decode:
-        mixed = kernels.causal_conv1d_update(mixed.contiguous(), conv_state, w.conv, batch.slots_t)
+    if batch.decode:  # the kernels read the slices in place and compute beta, g themselves
+        mixed = kernels.causal_conv1d_update(mixed, conv_state, w.conv, batch.slots_t)
         q, k, v = mixed.split([dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
-        o = kernels.gdn_recurrent_step(
-            q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), g, beta, ssm, batch.slots_t
+        o = kernels.gdn_recurrent_step_gated(
+            q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), a, b, w.A_log, w.dt_bias, ssm,
+            batch.slots_t,
         )  # [B, nv, dv]
     else:
+        beta = torch.sigmoid(b.float())  # [T, nv]
+        g = -w.A_log.exp() * F.softplus(a.float() + w.dt_bias)  # [T, nv]
         mixed = kernels.causal_conv1d_prefill(mixed.contiguous(), conv_state, w.conv, batch.cu_t, batch.slots_t)
         q, k, v = mixed.split([dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
         args = (q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), g, beta, ssm, batch.cu_t, batch.slots_t)
@@ -60,5 +63,6 @@ def gdn_forward(
             o = kernels.gdn_recurrent_prefill(*args)  # [T, nv, dv]
         else:
             o = kernels.gdn_chunk_prefill(*args, chunk_size=tun.gdn_chunk_size)
-    normed = kernels.gated_rmsnorm(o.reshape(t * nv, dv), z.reshape(t * nv, dv).contiguous(), w.norm, dims.rms_norm_eps)
+    # z [T, nv*dv] → [T, nv, dv] is a view (rows keep in_proj's stride): the norm reads it in place
+    normed = kernels.gated_rmsnorm(o.reshape(t, nv, dv), z.view(t, nv, dv), w.norm, dims.rms_norm_eps)
     return linear(normed.reshape(t, dims.value_dim), w.out_proj)

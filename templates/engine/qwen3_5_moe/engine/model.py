@@ -59,10 +59,11 @@ class Model:
         h = F.embedding(batch.tokens, self.w.embed)  # [T, H] bf16
         hidden = [h.float()] if return_hidden else None
         mlp_out = None
+        cos_sin = self.rope.cos_sin(batch.positions) if self.dims.full_attention_layers else None  # once per forward
         for i, layer in enumerate(self.w.layers):
             x, h = kernels.rmsnorm(mlp_out, layer.input_norm, eps, residual=h) if mlp_out is not None else kernels.rmsnorm(h, layer.input_norm, eps)
             if layer.kind == "full_attention":
-                mix = attention_forward(x, layer.attn, i, batch, cache, self.rope, d, self.tunables.attention_decode_splits)
+                mix = attention_forward(x, layer.attn, i, batch, cache, cos_sin, d, self.tunables.attention_decode_splits)
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)

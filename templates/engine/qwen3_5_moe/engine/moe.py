@@ -1,7 +1,7 @@
 """Sparse MoE block (HF ``Qwen3_5MoeSparseMoeBlock``): routed top-k experts plus a gated shared expert.
 
 Router: ``softmax(x · Wrᵀ)`` in fp32 over E experts, top-k, renormalised to sum 1 (HF
-``Qwen3_5MoeTopKRouter``). Each expert is ``down(silu(gate(x)) * up(x))``; the shared expert
+``Qwen3_5MoeTopKRouter``; ``kernels.route_topk``). Each expert is ``down(silu(gate(x)) * up(x))``; the shared expert
 is the same MLP, scaled by ``sigmoid(x · w_shared_gate)``.
 """
 
@@ -14,13 +14,6 @@ from . import kernels
 from .linear import linear
 from .target import ModelDims
 from .weights import ExpertStack, MoeWeights
-
-
-def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k routing: x bf16 [T, H], router bf16 [E, H] -> ids int64 [T, k], weights fp32 [T, k] (sum 1 per row)."""
-    probs = torch.softmax(F.linear(x, router).float(), dim=-1)  # [T, E]
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    return ids, weights / weights.sum(-1, keepdim=True)
 
 
 def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: ExpertStack) -> torch.Tensor:
@@ -53,10 +46,15 @@ def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | 
     """Routed experts + gated shared expert for x bf16 [T, H]; returns bf16 [T, H].
 
     ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4`` and ``nvfp4_linear``).
+    With ``w.shared_stacked`` the router GEMV also yields the shared gate's logit and the shared
+    expert runs as pair k of the same MoE kernels: router GEMV, routing, two MoE kernels.
     """
     launch = launch or {}
-    ids, weights = route(x, w.router, dims.num_experts_per_tok)
     ex = w.experts
+    logits = F.linear(x, w.router)  # [T, E] bf16, or [T, E+1] with the shared gate's logit last
+    ids, weights = kernels.route_topk(logits, dims.num_experts_per_tok, w.shared_stacked)
+    if w.shared_stacked:
+        return kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     if ex.quantized:
         routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     else:

@@ -26,10 +26,12 @@ LAUNCH = {
     "moe_block_k": ("moe", "block_k"),
     "moe_num_warps": ("moe", "num_warps"),
     "moe_num_stages": ("moe", "num_stages"),
+    "moe_gemv_words": ("moe", "gemv_words"),
+    "moe_gemv_unroll": ("moe", "gemv_unroll"),
 }
 
 #: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
-ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch"}
+ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch", "moe_gemv_words", "moe_gemv_unroll"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class Tunables:
         max_decode_batch: most sequences ``generate`` decodes in one step; more take turns.
         linear_*: launch keywords of ``kernels.nvfp4_linear`` (block sizes, warps, stages);
             None leaves the launcher's own default.
-        moe_*: launch keywords of ``kernels.moe_nvfp4``; None as above.
+        moe_*: launch keywords of ``kernels.moe_nvfp4``; None as above. ``moe_gemv_words`` (1/0):
+            the decode GEMV reads the codes as int32 words and decodes two per op, or bytes;
+            ``moe_gemv_unroll`` (1/0): its down projection unrolls the sum over the k experts.
     """
 
     gdn_chunk_size: int = 64
@@ -72,6 +76,8 @@ class Tunables:
     moe_block_k: int | None = None
     moe_num_warps: int | None = None
     moe_num_stages: int | None = None
+    moe_gemv_words: int | None = None
+    moe_gemv_unroll: int | None = None
 
     def launch_keywords(self) -> dict[str, dict[str, int]]:
         """``{"linear": {...}, "moe": {...}}``: the launch keywords that are set (not None) per op group."""

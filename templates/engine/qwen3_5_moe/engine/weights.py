@@ -9,7 +9,8 @@ compressed-tensors NVFP4). The layout here is what the ops want:
   ``qkv, z, b, a`` -> ``in_proj``, shared expert ``gate, up`` -> ``gate_up`` (bf16 only);
 - NVFP4 linears stay packed (``Linear.weight`` uint8 [N, K/2], ``.scale`` e4m3 [N, K/16],
   ``.gscale`` fp32 [] multiplier), dequantized inside the op;
-- routed experts stacked per layer: bf16 ``w13 [E, 2I, H]`` (gate rows first), ``w2 [E, H, I]``;
+- routed experts stacked per layer (with NVFP4, the shared expert appended as expert E:
+  ``MoeWeights.shared_stacked``): bf16 ``w13 [E, 2I, H]`` (gate rows first), ``w2 [E, H, I]``;
   NVFP4 ``w13`` uint8 [E, 2I, H/2], ``s13`` e4m3 [E, 2I, H/16], ``g13`` fp32 [E, 2] (gate and up
   globals differ), ``w2`` uint8 [E, H, I/2], ``s2`` e4m3 [E, H, I/16], ``g2`` fp32 [E].
 """
@@ -91,14 +92,22 @@ class ExpertStack:
 
 @dataclass
 class MoeWeights:
-    """Sparse MoE block: ``router`` bf16 [E, H]; ``experts``; the shared expert as ``shared_gate_up``
-    (bf16 fused [2I, H]) or ``shared_gate`` + ``shared_up`` (NVFP4, separate global scales),
-    ``shared_down`` [H, I]; ``shared_expert_gate`` bf16 [1, H]."""
+    """Sparse MoE block, in one of two layouts.
+
+    ``shared_stacked`` (NVFP4 experts and shared expert of equal intermediate size): the shared
+    expert is expert E of ``experts`` (E+1 stacked) and ``shared_expert_gate``'s row is row E of
+    ``router`` (bf16 [E+1, H]), so one router GEMV gives both and the shared expert runs as a
+    (k+1)-th routed pair with weight ``sigmoid(gate logit)`` inside the same two MoE kernels.
+    Otherwise: ``router`` bf16 [E, H]; ``experts`` E stacked; the shared expert as
+    ``shared_gate_up`` (bf16 fused [2I, H]) or ``shared_gate`` + ``shared_up`` (NVFP4, separate
+    global scales), ``shared_down`` [H, I]; ``shared_expert_gate`` bf16 [1, H].
+    """
 
     router: torch.Tensor
     experts: ExpertStack
-    shared_down: Linear
-    shared_expert_gate: torch.Tensor
+    shared_stacked: bool = False
+    shared_down: Linear | None = None
+    shared_expert_gate: torch.Tensor | None = None
     shared_gate_up: Linear | None = None
     shared_gate: Linear | None = None
     shared_up: Linear | None = None
@@ -172,16 +181,20 @@ def _fused_bf16(reader: CheckpointReader, modules: list[str], device: torch.devi
     return Linear(torch.cat([p.weight for p in parts]))
 
 
-def _experts(reader: CheckpointReader, layer: int, device: torch.device) -> ExpertStack:
+def _experts(reader: CheckpointReader, layer: int, device: torch.device, extra: tuple | None = None) -> ExpertStack:
+    """The layer's routed experts stacked; ``extra`` = NVFP4 ``(gate, up, down)`` appended as expert E."""
     ex = reader.get_experts(layer)
     if not ex.quantized:
         return ExpertStack(ex.gate_up.to(device=device, dtype=torch.bfloat16), ex.down.to(device=device, dtype=torch.bfloat16))
-    w13 = torch.stack([torch.cat([g.weight, u.weight]) for g, u in zip(ex.gate, ex.up)])  # [E, 2I, H/2]
-    s13 = torch.stack([torch.cat([g.weight_scale, u.weight_scale]) for g, u in zip(ex.gate, ex.up)])  # [E, 2I, H/16]
-    g13 = torch.stack([torch.stack([g.weight_scale_2.reshape(()), u.weight_scale_2.reshape(())]) for g, u in zip(ex.gate, ex.up)])
-    w2 = torch.stack([d.weight for d in ex.down])  # [E, H, I/2]
-    s2 = torch.stack([d.weight_scale for d in ex.down])  # [E, H, I/16]
-    g2 = torch.stack([d.weight_scale_2.reshape(()) for d in ex.down])  # [E]
+    gates, ups, downs = list(ex.gate), list(ex.up), list(ex.down)
+    if extra is not None:
+        gates.append(extra[0]), ups.append(extra[1]), downs.append(extra[2])
+    w13 = torch.stack([torch.cat([g.weight, u.weight]) for g, u in zip(gates, ups)])  # [E, 2I, H/2]
+    s13 = torch.stack([torch.cat([g.weight_scale, u.weight_scale]) for g, u in zip(gates, ups)])  # [E, 2I, H/16]
+    g13 = torch.stack([torch.stack([g.weight_scale_2.reshape(()), u.weight_scale_2.reshape(())]) for g, u in zip(gates, ups)])
+    w2 = torch.stack([d.weight for d in downs])  # [E, H, I/2]
+    s2 = torch.stack([d.weight_scale for d in downs])  # [E, H, I/16]
+    g2 = torch.stack([d.weight_scale_2.reshape(()) for d in downs])  # [E]
     return ExpertStack(
         w13.to(device), w2.to(device), s13.to(device), g13.float().to(device), s2.to(device), g2.float().to(device)
     )
@@ -190,11 +203,19 @@ def _experts(reader: CheckpointReader, layer: int, device: torch.device) -> Expe
 def _moe(reader: CheckpointReader, i: int, device: torch.device) -> MoeWeights:
     pre = f"layers.{i}.mlp."
     bf16 = dict(device=device, dtype=torch.bfloat16)
+    router = reader.get(f"{pre}gate.weight").to(**bf16)
+    shared_gate = reader.get(f"{pre}shared_expert_gate.weight").to(**bf16)
+    raw = [reader.get_linear(f"{pre}shared_expert.{p}_proj") for p in ("gate", "up", "down")]
+    routed_i = reader.text_config.get("moe_intermediate_size")
+    if all(isinstance(r, NvFp4Linear) for r in raw) and raw[0].weight.shape[0] == routed_i:
+        experts = _experts(reader, i, device, extra=tuple(raw))
+        if experts.quantized:
+            return MoeWeights(router=torch.cat([router, shared_gate]), experts=experts, shared_stacked=True)
     moe = MoeWeights(
-        router=reader.get(f"{pre}gate.weight").to(**bf16),
+        router=router,
         experts=_experts(reader, i, device),
         shared_down=_linear(reader, f"{pre}shared_expert.down_proj", device),
-        shared_expert_gate=reader.get(f"{pre}shared_expert_gate.weight").to(**bf16),
+        shared_expert_gate=shared_gate,
     )
     gate = _linear(reader, f"{pre}shared_expert.gate_proj", device)
     up = _linear(reader, f"{pre}shared_expert.up_proj", device)

@@ -33,9 +33,12 @@ from ._checks import (
     check_gated_norm,
     check_gdn_prefill,
     check_gdn_step,
+    check_gdn_step_gated,
     check_linear,
     check_moe,
     check_norm,
+    check_qk_rope,
+    check_route,
 )
 
 BACKEND: str = os.environ.get("ENGINE_KERNELS", "auto")
@@ -47,8 +50,11 @@ __all__ = [
     "rmsnorm",
     "gated_rmsnorm",
     "nvfp4_linear",
+    "route_topk",
+    "qk_norm_rope_cache",
     "moe_nvfp4",
     "gdn_recurrent_step",
+    "gdn_recurrent_step_gated",
     "causal_conv1d_update",
     "gdn_chunk_prefill",
     "causal_conv1d_prefill",
@@ -92,10 +98,12 @@ def rmsnorm(
 
 
 def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float, **launch) -> torch.Tensor:
-    """HF ``Qwen3_5MoeRMSNormGated``: ``w * rmsnorm(o) * silu(z)`` (plain w), bf16 [N, D].
+    """HF ``Qwen3_5MoeRMSNormGated``: ``w * rmsnorm(o) * silu(z)`` (plain w) over the last dim.
 
-    Args: o, z bf16 [N, D]; w [D]. Launch keywords: ``num_warps``.
-    Raises: ValueError on shape mismatch.
+    Args: o, z bf16 [N, D] or [T, NH, D], same shape, last dim contiguous, other strides free
+    (z may be a view of a column slice, e.g. ``proj[:, a:b].view(T, NH, D)``); w [D].
+    Returns: bf16, o's shape, contiguous. Launch keywords: ``num_warps``.
+    Raises: ValueError on rank/shape/dtype mismatch or a non-contiguous last dim.
     """
     check_gated_norm(o, z, w)
     if _use_triton(o, "gated_rmsnorm"):
@@ -120,6 +128,55 @@ def nvfp4_linear(
     if _use_triton(x, "nvfp4_linear"):
         return _triton("linear", "nvfp4_linear_triton")(x, packed, scale, gscale, **launch)
     return ref.nvfp4_linear_ref(x, packed, scale, gscale)
+
+
+def route_topk(logits: torch.Tensor, top_k: int, shared: bool = False, **launch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k MoE routing: fp32 softmax over E router logits, the k largest, renormalised to sum 1.
+
+    Args:
+        logits: bf16 or fp32 [T, E]; with ``shared`` [T, E+1], column E being the shared expert's
+            gate logit, which adds pair k: expert id E, weight ``bf16(sigmoid(logit))``.
+        top_k: k, 1 ≤ k ≤ E.
+    Returns: ``(ids int64 [T, k(+1)], weights fp32 [T, k(+1)])``, ids in descending probability.
+    Launch keywords: ``num_warps``.
+    Raises: ValueError on a bad rank, dtype or k.
+    """
+    check_route(logits, top_k, shared)
+    if _use_triton(logits, "route_topk"):
+        return _triton("route", "route_topk_triton")(logits, top_k, shared, **launch)
+    return ref.route_topk_ref(logits, top_k, shared)
+
+
+def qk_norm_rope_cache(
+    qkv: torch.Tensor,
+    q_w: torch.Tensor,
+    k_w: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    token_slots: torch.Tensor,
+    positions: torch.Tensor,
+    num_q_heads: int,
+    num_kv_heads: int,
+    eps: float,
+    **launch,
+) -> torch.Tensor:
+    """Attention prologue: per-head zero-centred RMSNorm of q and k, RoPE, K/V written to the cache.
+
+    Args:
+        qkv: bf16 [T, nq*2*hd + 2*nkv*hd], the fused projection (per q head [q | gate], then k, v).
+        q_w, k_w: [hd] norm weights; cos, sin: fp32 [T, rotary_dim] of the tokens' positions.
+        k_cache, v_cache: bf16 [S, L, nkv, hd], contiguous; row ``[token_slots[t], positions[t]]`` written.
+        token_slots, positions: int [T].
+    Returns: q bf16 [T, nq, hd] (normed, roped). Launch keywords: ``num_warps``.
+    Raises: ValueError on shape/dtype mismatch.
+    """
+    check_qk_rope(qkv, q_w, k_w, cos, sin, k_cache, v_cache, token_slots, positions, num_q_heads, num_kv_heads)
+    args = (qkv, q_w, k_w, cos, sin, k_cache, v_cache, token_slots, positions, num_q_heads, num_kv_heads, eps)
+    if _use_triton(qkv, "qk_norm_rope_cache"):
+        return _triton("rope", "qk_norm_rope_cache_triton")(*args, **launch)
+    return ref.qk_norm_rope_cache_ref(*args)
 
 
 def moe_nvfp4(
@@ -153,14 +210,8 @@ def moe_nvfp4(
 
 
 def gdn_recurrent_step(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    slots: torch.Tensor,
-    **launch,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    state: torch.Tensor, slots: torch.Tensor, **launch,
 ) -> torch.Tensor:
     """One decode step of the gated delta rule for B sequences, updating ``state[slots]`` in place.
 
@@ -178,13 +229,33 @@ def gdn_recurrent_step(
     return ref.gdn_recurrent_step_ref(q, k, v, g, beta, state, slots)
 
 
+def gdn_recurrent_step_gated(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+    A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, **launch,
+) -> torch.Tensor:
+    """``gdn_recurrent_step`` with ``beta = sigmoid(b)``, ``g = -exp(A_log) · softplus(a + dt_bias)`` fused in.
+
+    Args: q, k, v, state, slots as ``gdn_recurrent_step``; a, b bf16 [B, HV] (in_proj's raw
+    outputs, last dim contiguous, rows may be strided); A_log, dt_bias fp32 [HV] contiguous.
+    Gates in fp32, torch softplus (threshold 20) (``reference.gdn_recurrent_step_gated_ref``).
+    Returns: o bf16 [B, HV, Dv]. Launch keywords: ``block_v``, ``num_warps``.
+    Raises: ValueError on shape/dtype mismatch or HV not a multiple of HK.
+    """
+    check_gdn_step_gated(q, k, v, a, b, A_log, dt_bias, state, slots)
+    if _use_triton(q, "gdn_recurrent_step_gated"):
+        fn = _triton("gdn", "gdn_recurrent_step_gated_triton")
+        return fn(q, k, v, a, b, A_log, dt_bias, state, slots, **launch)
+    return ref.gdn_recurrent_step_gated_ref(q, k, v, a, b, A_log, dt_bias, state, slots)
+
+
 def causal_conv1d_update(
     x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, slots: torch.Tensor, **launch
 ) -> torch.Tensor:
     """One decode step of the depthwise causal conv1d with SiLU, updating ``conv_state[slots]`` in place.
 
     Args:
-        x: bf16 [B, C]; conv_state: bf16 [S, C, W-1] (oldest input first, contiguous);
+        x: bf16 [B, C], last dim contiguous, rows may be strided (a column slice of in_proj's
+        output needs no copy); conv_state: bf16 [S, C, W-1] (oldest input first, contiguous);
         weight: [C, W] (HF ``conv1d.weight.squeeze(1)``); slots: int [B], distinct.
     Returns: y bf16 [B, C] = silu(conv over [state | x]). Launch keywords: ``block_c``, ``num_warps``.
     Raises: ValueError on shape mismatch.
@@ -247,15 +318,8 @@ def causal_conv1d_prefill(
 
 
 def gdn_recurrent_prefill(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    slots: torch.Tensor,
-    **launch,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    state: torch.Tensor, cu_seqlens: torch.Tensor, slots: torch.Tensor, **launch,
 ) -> torch.Tensor:
     """``gdn_chunk_prefill``'s contract, computed token by token with the state in registers.
 

@@ -54,12 +54,13 @@ def check_norm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None) 
 
 
 def check_gated_norm(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor) -> None:
-    """gated_rmsnorm: o, z [N, D], w [D]."""
-    _rank("gated_rmsnorm", "o", o, 2)
+    """gated_rmsnorm: o, z [N, D] or [T, NH, D] (rows strided freely), w [D]."""
+    if o.dim() not in (2, 3):
+        _fail("gated_rmsnorm", f"o must be 2-D [N, D] or 3-D [T, NH, D], got shape {tuple(o.shape)}")
     _act("gated_rmsnorm", "o", o)
     _act("gated_rmsnorm", "z", z)
     _shape("gated_rmsnorm", "z", z, tuple(o.shape))
-    _shape("gated_rmsnorm", "w", w, (o.shape[1],))
+    _shape("gated_rmsnorm", "w", w, (o.shape[-1],))
 
 
 def _check_nvfp4(op: str, prefix: str, packed: torch.Tensor, scale: torch.Tensor, n: int, k: int, lead: tuple) -> None:
@@ -130,6 +131,22 @@ def check_gdn_step(q, k, v, g, beta, state, slots) -> None:
         _act(op, name, t)
 
 
+def check_gdn_step_gated(q, k, v, a, b, A_log, dt_bias, state, slots) -> None:
+    """gdn_recurrent_step_gated: see ``kernels.gdn_recurrent_step_gated`` for the shapes."""
+    op = "gdn_recurrent_step_gated"
+    _rank(op, "q", q, 3)
+    _rank(op, "v", v, 3)
+    hv = v.shape[1]
+    for name, t in (("a", a), ("b", b)):
+        _shape(op, name, t, (q.shape[0], hv))
+        _act(op, name, t)
+    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+        _dtype(op, name, t, torch.float32)
+        _shape(op, name, t, (hv,))
+        _contig(op, name, t)
+    check_gdn_step(q, k, v, a, b, state, slots)  # the rest; a, b in g's and beta's place
+
+
 def check_conv(x, conv_state, weight, slots) -> None:
     """causal_conv1d_update: x [B, C], conv_state [S, C, W-1], weight [C, W], slots [B]."""
     op = "causal_conv1d_update"
@@ -162,3 +179,44 @@ def check_conv_prefill(x, conv_state, weight, cu_seqlens, slots) -> None:
     """causal_conv1d_prefill: x [T, C], conv_state [S, C, W-1], weight [C, W]."""
     check_conv(x, conv_state, weight, slots.new_zeros(x.shape[0]))
     _check_varlen("causal_conv1d_prefill", x.shape[0], cu_seqlens, slots)
+
+
+def check_route(logits: torch.Tensor, top_k: int, shared: bool) -> None:
+    """route_topk: logits [T, E] (or [T, E+1] with ``shared``), 1 ≤ top_k ≤ E."""
+    op = "route_topk"
+    _rank(op, "logits", logits, 2)
+    _dtype(op, "logits", logits, (torch.bfloat16, torch.float32))
+    n_exp = logits.shape[1] - (1 if shared else 0)
+    if not 1 <= top_k <= n_exp:
+        _fail(op, f"top_k = {top_k} must be in [1, {n_exp}] (the number of routed experts"
+              + (", the last logit column being the shared expert's gate)" if shared else ")"))
+
+
+def check_qk_rope(qkv, q_w, k_w, cos, sin, k_cache, v_cache, token_slots, positions, nq: int, nkv: int) -> None:
+    """qk_norm_rope_cache: see ``kernels.qk_norm_rope_cache`` for the shapes."""
+    op = "qk_norm_rope_cache"
+    _rank(op, "qkv", qkv, 2)
+    _act(op, "qkv", qkv)
+    _rank(op, "k_cache", k_cache, 4)
+    hd = k_cache.shape[-1]
+    t = qkv.shape[0]
+    if qkv.shape[1] != (2 * nq + 2 * nkv) * hd:
+        _fail(op, f"qkv has {qkv.shape[1]} columns; expected (2*nq + 2*nkv)*hd = {(2 * nq + 2 * nkv) * hd} "
+                  f"(nq={nq}, nkv={nkv}, hd={hd} from k_cache)")
+    if k_cache.shape[2] != nkv:
+        _fail(op, f"k_cache has {k_cache.shape[2]} kv heads, expected {nkv}")
+    _shape(op, "v_cache", v_cache, tuple(k_cache.shape))
+    _contig(op, "k_cache", k_cache)
+    _contig(op, "v_cache", v_cache)
+    _shape(op, "q_w", q_w, (hd,))
+    _shape(op, "k_w", k_w, (hd,))
+    _rank(op, "cos", cos, 2)
+    if cos.shape[0] != t or cos.shape[1] > hd or cos.shape[1] % 2:
+        _fail(op, f"cos has shape {tuple(cos.shape)}; expected [T={t}, rotary_dim] with an even rotary_dim ≤ hd={hd}")
+    _shape(op, "sin", sin, tuple(cos.shape))
+    _dtype(op, "cos", cos, torch.float32)
+    _dtype(op, "sin", sin, torch.float32)
+    _shape(op, "token_slots", token_slots, (t,))
+    _shape(op, "positions", positions, (t,))
+    _dtype(op, "token_slots", token_slots, _INT)
+    _dtype(op, "positions", positions, _INT)

@@ -61,3 +61,34 @@ def dot_bf16(a, b, acc):
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     else:
         return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _halves_to_f32(h):
+    """int32 holding two fp16 (low and high half-words) → the two as fp32."""
+    if INTERPRET:
+        lo = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (h >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        return lo, hi
+    else:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 l, h; mov.b32 {l, h}, $2; cvt.f32.f16 $0, l; cvt.f32.f16 $1, h; }",
+            "=r,=r,r", [h], dtype=(tl.float32, tl.float32), is_pure=True, pack=1,
+        )
+
+
+@triton.jit
+def e2m1_word_pair(w, I: tl.constexpr):
+    """Codes I and 4 + I of int32 words of 8 packed E2M1 codes → two fp32 tensors (values × 2^-14).
+
+    Both codes are decoded at once, one per 16-bit lane: the 3 magnitude bits shifted to fp16
+    bits 9..11 (as ``e2m1_scaled``), the sign to bit 15, with two shifts and two masks for the
+    pair (``e2m1_scaled`` spends about as many per code), then each lane converts to fp32.
+    """
+    w = w.to(tl.uint32, bitcast=True)
+    if I < 3:
+        mag = (w << (9 - 4 * I)) & 0x0E000E00
+    else:
+        mag = (w >> 3) & 0x0E000E00
+    h = mag | ((w << (12 - 4 * I)) & 0x80008000)
+    return _halves_to_f32(h)

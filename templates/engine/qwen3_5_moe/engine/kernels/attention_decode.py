@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._common import round_bf16
+
 
 #: Triton's CPU interpreter (TRITON_INTERPRET=1) computes tl.dot on bf16 tiles from their raw
 #: bits (seen with triton 3.9), so under it the tiles are widened to fp32 first; on a GPU the
@@ -77,12 +79,29 @@ def _attention_decode_kernel(
     tl.store(l_ptr + i_b * stride_mb + heads * stride_mh + i_s, b_l, mask=m_g)
 
 
-def _combine(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Merge split partials: o fp32 [B, HQ, S, D] (unnormalised), m, l fp32 [B, HQ, S] -> [B, HQ, D]."""
-    m_max = m.amax(dim=-1, keepdim=True)  # every sequence has ≥ 1 key, so split 0 is finite
-    w = torch.exp(m - m_max)  # empty splits: exp(-inf) = 0
-    out = (o * w[..., None]).sum(dim=2) / (l * w).sum(dim=-1)[..., None]
-    return out.to(dtype)
+@triton.jit
+def _combine_kernel(
+    o_ptr, m_ptr, l_ptr, g_ptr, out_ptr,
+    stride_ob, stride_oh, stride_os, stride_mb, stride_mh, stride_gb, stride_gh, stride_outb, stride_outh,
+    S, HAS_GATE: tl.constexpr, BLOCK_S: tl.constexpr, D: tl.constexpr,
+):
+    """Program (b, h): merge the S split partials of one query head, times sigmoid(gate) when given."""
+    i_b = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1).to(tl.int64)
+    o_s = tl.arange(0, BLOCK_S)
+    o_d = tl.arange(0, D)
+    m_s = o_s < S
+    b_m = tl.load(m_ptr + i_b * stride_mb + i_h * stride_mh + o_s, mask=m_s, other=float("-inf"))
+    b_l = tl.load(l_ptr + i_b * stride_mb + i_h * stride_mh + o_s, mask=m_s, other=0.0)
+    b_w = tl.exp(b_m - tl.max(b_m, axis=0))  # split 0 always holds a key, so the max is finite
+    b_w = tl.where(m_s, b_w, 0.0)
+    p_o = o_ptr + i_b * stride_ob + i_h * stride_oh + o_s[:, None] * stride_os + o_d[None, :]
+    b_o = tl.load(p_o, mask=m_s[:, None], other=0.0)  # [S, D]
+    b_out = round_bf16(tl.sum(b_o * b_w[:, None], axis=0) / tl.sum(b_l * b_w, axis=0))
+    if HAS_GATE:  # HF multiplies in bf16: sigmoid(gate) rounded, the product rounded
+        b_g = tl.load(g_ptr + i_b * stride_gb + i_h * stride_gh + o_d).to(tl.float32)
+        b_out = round_bf16(b_out * round_bf16(tl.sigmoid(b_g)))
+    tl.store(out_ptr + i_b * stride_outb + i_h * stride_outh + o_d, b_out.to(out_ptr.dtype.element_ty))
 
 
 def attention_decode(
@@ -94,6 +113,7 @@ def attention_decode(
     scale: float,
     *,
     splits: int = 16,
+    gate: torch.Tensor | None = None,
     block_n: int = 64,
     num_warps: int = 4,
 ) -> torch.Tensor:
@@ -108,6 +128,8 @@ def attention_decode(
         scale: softmax scale (head_dim^-0.5 for this model).
         splits: programs per (sequence, kv head) along the cache; each covers cdiv(L, splits)
             positions, so the grid does not depend on the lengths (CUDA-graph safe).
+        gate: bf16 [B, HQ, D] (last dim contiguous) or None: the output is multiplied by
+            ``sigmoid(gate)`` in bf16 (HF's gated attention), inside the split-combine kernel.
     Returns:
         bf16 [B, HQ, D].
     Raises:
@@ -119,6 +141,8 @@ def attention_decode(
         raise ValueError(f"attention_decode: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("attention_decode: the head dim of q and the caches must be contiguous")
+    if gate is not None and (tuple(gate.shape) != (b, hq, d) or gate.stride(-1) != 1):
+        raise ValueError(f"attention_decode: gate {tuple(gate.shape)} must be [B, HQ, D] = {(b, hq, d)} with a contiguous last dim")
     group = hq // hkv
     split_len = triton.cdiv(triton.cdiv(cache_len, splits), block_n) * block_n
     splits = triton.cdiv(cache_len, split_len)
@@ -136,14 +160,23 @@ def attention_decode(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, BLOCK_N=block_n, SPLIT_LEN=split_len,
         num_warps=num_warps,
     )
-    return _combine(o, m, l, q.dtype)
+    out = torch.empty_like(q)
+    g = gate if gate is not None else q
+    _combine_kernel[(b, hq)](
+        o, m, l, g, out,
+        o.stride(0), o.stride(1), o.stride(2), m.stride(0), m.stride(1), g.stride(0), g.stride(1), out.stride(0), out.stride(1),
+        splits, HAS_GATE=gate is not None, BLOCK_S=triton.next_power_of_2(splits), D=d, num_warps=num_warps,
+    )
+    return out
 
 
 def attention_decode_ref(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor, scale: float
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor, scale: float,
+    gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch reference of ``attention_decode`` (same arguments, no tuning): fp32 softmax
-    over each sequence's first ``lens[b]`` keys, GQA by repeating kv heads. Returns bf16 [B, HQ, D]."""
+    over each sequence's first ``lens[b]`` keys, GQA by repeating kv heads, rounded to bf16, then
+    ``* sigmoid(gate)`` in bf16 when a gate is given. Returns bf16 [B, HQ, D]."""
     b, hq, d = q.shape
     hkv = k_cache.shape[2]
     out = torch.empty_like(q)
@@ -153,4 +186,4 @@ def attention_decode_ref(
         v = v_cache[int(slots[i]), :n].float().repeat_interleave(hq // hkv, dim=1)
         p = torch.softmax(torch.einsum("hd,nhd->hn", q[i].float(), k) * scale, dim=-1)
         out[i] = torch.einsum("hn,nhd->hd", p, v).to(q.dtype)
-    return out
+    return out if gate is None else out * torch.sigmoid(gate)

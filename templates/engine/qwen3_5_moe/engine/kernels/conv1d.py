@@ -48,9 +48,10 @@ def causal_conv1d_update_triton(
     block_c: int = 128,
     num_warps: int = 4,
 ) -> torch.Tensor:
-    """Triton twin of ``reference.causal_conv1d_update_ref``; x bf16 [B, C] → y bf16 [B, C].
+    """Triton twin of ``reference.causal_conv1d_update_ref``; x bf16 [B, C] → y bf16 [B, C] (contiguous).
 
-    conv_state [S, C, W-1] contiguous, same dtype as x (it stores raw inputs); weight [C, W]; W ≥ 2.
+    x's rows may be strided (a column slice of in_proj's output is read in place). conv_state
+    [S, C, W-1] contiguous, same dtype as x (it stores raw inputs); weight [C, W]; W ≥ 2.
     """
     b_count, c_dim = x.shape
     width = weight.shape[1]

@@ -23,6 +23,7 @@ def nvfp4_linear_triton(
     gemv_block_n: int = 8,
     gemv_block_k: int = 1024,
     gemv_num_warps: int = 4,
+    gemv_words: int = 1,
     block_m: int = 64,
     block_n: int = 32,
     block_k: int = 128,
@@ -32,7 +33,8 @@ def nvfp4_linear_triton(
     """Triton twin of ``reference.nvfp4_linear_ref``.
 
     x: bf16 [M, K] (last dim contiguous); packed: uint8 [N, K/2]; scale: e4m3 [N, K/16];
-    gscale: fp32, one element. Returns bf16 [M, N]. Block sizes are powers of two; block_k ≥ 32
+    gscale: fp32, one element. Returns bf16 [M, N]. gemv_words: the GEMV reads the codes as int32
+    words (two codes decoded per op), else bytes. Block sizes are powers of two; block_k ≥ 32
     (the dot path splits it into even and odd halves, each a ``tl.dot`` of depth ≥ 16), block_m ≥ 16.
     """
     m_rows, k_dim = x.shape
@@ -44,11 +46,13 @@ def nvfp4_linear_triton(
     packed, scale = packed.contiguous(), scale.contiguous()
     if m_rows <= gemv_max_m:
         grid = (triton.cdiv(n_dim, gemv_block_n), m_rows)
+        codes = packed.view(torch.int32) if gemv_words else packed
         nvfp4_gemv_kernel[grid](
-            x, packed, scale, g, g, g, y,
+            x, codes, scale, g, g, g, y,
             n_dim, k_dim,
-            x.stride(0), 0, packed.stride(0), 0, scale.stride(0), 0, y.stride(0),
+            x.stride(0), 0, codes.stride(0), 0, scale.stride(0), 0, y.stride(0),
             A_DIV=1, SUM_K=1, HAS_EXPERT=False, GATED=False, ROUTED=False, OUT_BF16=True,
+            WORDS=bool(gemv_words), UNROLL=False,
             BLOCK_N=gemv_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(k_dim))),
             num_warps=gemv_num_warps,
         )

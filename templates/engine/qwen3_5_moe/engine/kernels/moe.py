@@ -67,6 +67,8 @@ def moe_nvfp4_triton(
     gemv_block_k: int = 512,
     gemv_down_block_n: int = 8,
     gemv_num_warps: int = 8,
+    gemv_words: int = 1,
+    gemv_unroll: int = 1,
     block_m: int = 16,
     block_n: int = 32,
     block_k: int = 128,
@@ -76,7 +78,8 @@ def moe_nvfp4_triton(
     """Triton twin of ``reference.moe_nvfp4_ref``; shapes as in ``kernels.moe_nvfp4``.
 
     Block sizes are powers of two, block_k ≥ 32 (GEMV) / ≥ 64 with block_m ≥ 16 (tl.dot).
-    Returns bf16 [T, H].
+    gemv_words: the GEMV reads the codes as int32 words, two codes decoded per op (else bytes);
+    gemv_unroll: the down GEMV unrolls its sum over the k pairs. Returns bf16 [T, H].
     """
     t_count, hidden = x.shape
     top_k = topk_ids.shape[1]
@@ -92,20 +95,22 @@ def moe_nvfp4_triton(
     h = new_empty((n_pairs, inter), x.dtype, x.device)  # silu(gate) * up
     if t_count <= gemv_max_t:
         ids = topk_ids.reshape(-1).contiguous()
+        c13, c2 = (w13.view(torch.int32), w2.view(torch.int32)) if gemv_words else (w13, w2)
+        flags = dict(WORDS=bool(gemv_words), UNROLL=bool(gemv_unroll))
         nvfp4_gemv_kernel[(triton.cdiv(inter, gemv_block_n), n_pairs)](
-            x, w13, s13, g13, ids, tw, h,
+            x, c13, s13, g13, ids, tw, h,
             inter, hidden,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
-            A_DIV=top_k, SUM_K=1, HAS_EXPERT=True, GATED=True, ROUTED=False, OUT_BF16=True,
+            x.stride(0), c13.stride(0), c13.stride(1), s13.stride(0), s13.stride(1), g13.stride(0), h.stride(0),
+            A_DIV=top_k, SUM_K=1, HAS_EXPERT=True, GATED=True, ROUTED=False, OUT_BF16=True, **flags,
             BLOCK_N=gemv_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(hidden))),
             num_warps=gemv_num_warps,
         )
         # one program column per token sums its k weighted expert outputs: no [P, H] buffer
         nvfp4_gemv_kernel[(triton.cdiv(hidden, gemv_down_block_n), t_count)](
-            h, w2, s2, g2, ids, tw, out,
+            h, c2, s2, g2, ids, tw, out,
             hidden, inter,
-            h.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), out.stride(0),
-            A_DIV=1, SUM_K=top_k, HAS_EXPERT=True, GATED=False, ROUTED=True, OUT_BF16=True,
+            h.stride(0), c2.stride(0), c2.stride(1), s2.stride(0), s2.stride(1), g2.stride(0), out.stride(0),
+            A_DIV=1, SUM_K=top_k, HAS_EXPERT=True, GATED=False, ROUTED=True, OUT_BF16=True, **flags,
             BLOCK_N=gemv_down_block_n, BLOCK_K=min(gemv_block_k, max(32, triton.next_power_of_2(inter))),
             num_warps=gemv_num_warps,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._common import E2M1_UNSCALE, dot_bf16, e2m1_scaled, round_bf16
+from ._common import E2M1_UNSCALE, dot_bf16, e2m1_scaled, e2m1_word_pair, round_bf16
 
 
 @triton.jit
@@ -46,42 +46,116 @@ def _gemv_rows(p_a, p_w, p_s, m_n, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constex
 
 
 @triton.jit
+def _split8(a, BLOCK_K: tl.constexpr):
+    """a [BLOCK_K] → its elements 8w + j, j = 0..7, as eight [BLOCK_K/8] tensors."""
+    a = tl.reshape(a, [BLOCK_K // 8, 2, 2, 2])  # (w, j // 4, (j // 2) % 2, j % 2)
+    e, o = tl.split(a)
+    e0, e1 = tl.split(e)  # j % 2 == 0: j // 2 % 2 = 0 -> j in {0, 4}; = 1 -> j in {2, 6}
+    o0, o1 = tl.split(o)
+    a0, a4 = tl.split(e0)
+    a2, a6 = tl.split(e1)
+    a1, a5 = tl.split(o0)
+    a3, a7 = tl.split(o1)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _gemv_rows_words(p_a, p_w, p_s, m_n, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``_gemv_rows`` reading the codes as int32 words (8 codes each; p_w: int32 row pointers),
+    two codes decoded per integer op (``e2m1_word_pair``). Needs K % 16 == 0 (NVFP4 does)."""
+    o_w = tl.arange(0, BLOCK_K // 8)
+    o_g = tl.arange(0, BLOCK_K // 16)
+    o_k = tl.arange(0, BLOCK_K)
+    b_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        b_a = tl.load(p_a + k0 + o_k, mask=(k0 + o_k) < K, other=0.0).to(tl.float32)
+        a0, a1, a2, a3, a4, a5, a6, a7 = _split8(b_a, BLOCK_K)
+        m_w = m_n[:, None] & ((k0 // 8 + o_w) < K // 8)[None, :]
+        b_w = tl.load(p_w + k0 // 8 + o_w[None, :], mask=m_w, other=0)  # [BN, BK/8] int32
+        w0, w4 = e2m1_word_pair(b_w, 0)
+        w1, w5 = e2m1_word_pair(b_w, 1)
+        w2, w6 = e2m1_word_pair(b_w, 2)
+        w3, w7 = e2m1_word_pair(b_w, 3)
+        b_prod = w0 * a0[None, :] + w1 * a1[None, :] + w2 * a2[None, :] + w3 * a3[None, :]
+        b_prod += w4 * a4[None, :] + w5 * a5[None, :] + w6 * a6[None, :] + w7 * a7[None, :]
+        b_grp = tl.sum(tl.reshape(b_prod, [BLOCK_N, BLOCK_K // 16, 2]), axis=2)  # per 16-element group
+        m_g = m_n[:, None] & ((k0 // 16 + o_g) < K // 16)[None, :]
+        b_s = tl.load(p_s + k0 // 16 + o_g[None, :], mask=m_g, other=0.0).to(tl.float32)
+        b_acc += tl.sum(b_grp * b_s, axis=1)
+    return b_acc * E2M1_UNSCALE
+
+
+@triton.jit
+def _gemv_pair(p_a, p_w, p_s, g_ptr, m_n, N, K, stride_wn, stride_sn,
+               GATED: tl.constexpr, WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One (row, expert) pair's output block: W·a times the global scale(s); gated: silu(gate)·up."""
+    if WORDS:
+        b_acc = _gemv_rows_words(p_a, p_w, p_s, m_n, K, BLOCK_N, BLOCK_K)
+    else:
+        b_acc = _gemv_rows(p_a, p_w, p_s, m_n, K, BLOCK_N, BLOCK_K)
+    b_acc = b_acc * tl.load(g_ptr)
+    if GATED:  # up rows follow the N gate rows, with their own global scale
+        if WORDS:
+            b_up = _gemv_rows_words(p_a, p_w + N * stride_wn, p_s + N * stride_sn, m_n, K, BLOCK_N, BLOCK_K)
+        else:
+            b_up = _gemv_rows(p_a, p_w + N * stride_wn, p_s + N * stride_sn, m_n, K, BLOCK_N, BLOCK_K)
+        b_acc = b_acc * tl.sigmoid(b_acc) * (b_up * tl.load(g_ptr + 1))
+    return b_acc
+
+
+@triton.jit
 def nvfp4_gemv_kernel(
     a_ptr, w_ptr, s_ptr, g_ptr, e_ptr, tw_ptr, c_ptr,
     N, K,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_ge, stride_cm,
     A_DIV: tl.constexpr, SUM_K: tl.constexpr, HAS_EXPERT: tl.constexpr, GATED: tl.constexpr,
-    ROUTED: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ROUTED: tl.constexpr, OUT_BF16: tl.constexpr, WORDS: tl.constexpr, UNROLL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """Grid (cdiv(N, BLOCK_N), R): program (i, r) writes c[r, i*BLOCK_N : (i+1)*BLOCK_N].
 
     Output row r sums the SUM_K rows p = r*SUM_K + j (1: just p = r); row p reads activation
     row p // A_DIV, expert e_ptr[p] (0 without HAS_EXPERT) and routing weight tw_ptr[p] (ROUTED).
+    WORDS: w_ptr is the int32 view of the codes (strides in words). UNROLL: the loop over the
+    SUM_K rows is unrolled, so the loads of all k experts can be in flight together.
     """
     i_n = tl.program_id(0)
     i_r = tl.program_id(1).to(tl.int64)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
     b_out = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for j in range(SUM_K):  # fixed order: the same sum whatever the batch
-        i_p = i_r * SUM_K + j
-        i_e = 0
-        if HAS_EXPERT:
-            i_e = tl.load(e_ptr + i_p).to(tl.int64)
-        p_a = a_ptr + (i_p // A_DIV) * stride_am
-        p_w = w_ptr + i_e * stride_we + o_n.to(tl.int64)[:, None] * stride_wn
-        p_s = s_ptr + i_e * stride_se + o_n.to(tl.int64)[:, None] * stride_sn
-        b_acc = _gemv_rows(p_a, p_w, p_s, m_n, K, BLOCK_N, BLOCK_K) * tl.load(g_ptr + i_e * stride_ge)
-        if GATED:  # up rows follow the N gate rows, with their own global scale
-            b_up = _gemv_rows(p_a, p_w + N * stride_wn, p_s + N * stride_sn, m_n, K, BLOCK_N, BLOCK_K)
-            b_up = b_up * tl.load(g_ptr + i_e * stride_ge + 1)
-            b_acc = b_acc * tl.sigmoid(b_acc) * b_up
-        if ROUTED:
-            b_acc = b_acc * tl.load(tw_ptr + i_p).to(tl.float32)
-        b_out += b_acc
+    if UNROLL:
+        for j in tl.static_range(SUM_K):  # fixed order: the same sum whatever the batch
+            b_out += _gemv_term(a_ptr, w_ptr, s_ptr, g_ptr, e_ptr, tw_ptr, i_r * SUM_K + j, o_n, m_n, N, K,
+                                stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_ge,
+                                A_DIV, HAS_EXPERT, GATED, ROUTED, WORDS, BLOCK_N, BLOCK_K)
+    else:
+        for j in range(SUM_K):
+            b_out += _gemv_term(a_ptr, w_ptr, s_ptr, g_ptr, e_ptr, tw_ptr, i_r * SUM_K + j, o_n, m_n, N, K,
+                                stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_ge,
+                                A_DIV, HAS_EXPERT, GATED, ROUTED, WORDS, BLOCK_N, BLOCK_K)
     if OUT_BF16:
         b_out = round_bf16(b_out)
     tl.store(c_ptr + i_r * stride_cm + o_n, b_out.to(c_ptr.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
+def _gemv_term(a_ptr, w_ptr, s_ptr, g_ptr, e_ptr, tw_ptr, i_p, o_n, m_n, N, K,
+               stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_ge,
+               A_DIV: tl.constexpr, HAS_EXPERT: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr,
+               WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Row p's (weighted) output block of ``nvfp4_gemv_kernel``."""
+    i_e = 0
+    if HAS_EXPERT:
+        i_e = tl.load(e_ptr + i_p).to(tl.int64)
+    p_a = a_ptr + (i_p // A_DIV) * stride_am
+    p_w = w_ptr + i_e * stride_we + o_n.to(tl.int64)[:, None] * stride_wn
+    p_s = s_ptr + i_e * stride_se + o_n.to(tl.int64)[:, None] * stride_sn
+    b_acc = _gemv_pair(p_a, p_w, p_s, g_ptr + i_e * stride_ge, m_n, N, K, stride_wn, stride_sn,
+                       GATED, WORDS, BLOCK_N, BLOCK_K)
+    if ROUTED:
+        b_acc = b_acc * tl.load(tw_ptr + i_p).to(tl.float32)
+    return b_acc
 
 
 @triton.jit

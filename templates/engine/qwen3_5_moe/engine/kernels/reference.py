@@ -35,8 +35,8 @@ def rmsnorm_ref(
 def gated_rmsnorm_ref(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """HF ``Qwen3_5MoeRMSNormGated``: ``(w * rmsnorm(o).to(dtype)) * silu(z.float())``, cast to o's dtype.
 
-    o, z: [N, D]; w: [D] (plain weight, not zero-centred). The intermediate rounding to o's dtype
-    is HF's and is kept on purpose.
+    o, z: [..., D] (same shape; [N, D] or [T, NH, D]); w: [D] (plain weight, not zero-centred).
+    The intermediate rounding to o's dtype is HF's and is kept on purpose.
     """
     dtype = o.dtype
     of = o.float()
@@ -64,6 +64,61 @@ def nvfp4_linear_ref(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
     """``x @ W.T`` with W the dequantized NVFP4 weight; x bf16 [M, K] → bf16 [M, N], fp32 accumulation."""
     w = dequant_nvfp4_ref(packed, scale, gscale.reshape(()))
     return (x.float() @ w.T).to(x.dtype)
+
+
+def route_topk_ref(logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k routing (HF ``Qwen3_5MoeTopKRouter``): fp32 softmax over the E logits, ``torch.topk``
+    (descending), weights renormalised to sum 1.
+
+    logits: [T, E] (bf16 or fp32), or [T, E+1] with ``shared``: column E is the shared expert's
+    gate logit, whose ``sigmoid`` rounded to bf16 (HF ``Qwen3_5MoeSparseMoeBlock`` runs it in bf16)
+    becomes an extra pair with expert id E, so the shared expert can run as expert E of the stack.
+    Returns ``(ids int64 [T, k(+1)], weights fp32 [T, k(+1)])``.
+    """
+    n_exp = logits.shape[1] - (1 if shared else 0)
+    probs = torch.softmax(logits[:, :n_exp].float(), dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    weights = weights / weights.sum(-1, keepdim=True)
+    if shared:
+        gate = torch.sigmoid(logits[:, n_exp:].float()).to(torch.bfloat16).float()  # [T, 1]
+        weights = torch.cat([weights, gate], dim=-1)
+        ids = torch.cat([ids, torch.full_like(ids[:, :1], n_exp)], dim=-1)
+    return ids, weights
+
+
+def qk_norm_rope_cache_ref(
+    qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, token_slots: torch.Tensor, positions: torch.Tensor,
+    num_q_heads: int, num_kv_heads: int, eps: float,
+) -> torch.Tensor:
+    """The attention prologue (HF ``Qwen3_5MoeAttention.forward`` up to the cache update).
+
+    qkv: bf16 [T, nq*2*hd + 2*nkv*hd] (per q head [q | gate], then k, then v); q_w, k_w: [hd]
+    (zero-centred norm weights); cos, sin: fp32 [T, d] (``Rope.cos_sin``, d = rotary_dim);
+    k_cache, v_cache: [S, L, nkv, hd], rows ``[token_slots[t], positions[t]]`` written.
+    q and k: ``rmsnorm_ref`` per head (rounded), then rotate-half RoPE on the first d dims in
+    fp32 (HF ``apply_rotary_pos_emb``), rounded; the rest of the head untouched.
+    Returns q bf16 [T, nq, hd].
+    """
+    t = qkv.shape[0]
+    hd = k_cache.shape[-1]
+    nq, nkv = num_q_heads, num_kv_heads
+    q = qkv[:, : nq * 2 * hd].reshape(t, nq, 2 * hd)[..., :hd]
+    k = qkv[:, nq * 2 * hd : nq * 2 * hd + nkv * hd].reshape(t, nkv, hd)
+    v = qkv[:, nq * 2 * hd + nkv * hd :].reshape(t, nkv, hd)
+
+    def norm_rope(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = rmsnorm_ref(x.reshape(-1, hd), w, eps)[0].reshape(x.shape)
+        d = cos.shape[1]
+        rot = y[..., :d].float()
+        rotated = torch.cat([-rot[..., d // 2 :], rot[..., : d // 2]], dim=-1)
+        out = rot * cos[:, None, :] + rotated * sin[:, None, :]
+        return torch.cat([out.to(y.dtype), y[..., d:]], dim=-1)
+
+    slots, pos = token_slots.to(torch.int64), positions.to(torch.int64)
+    k_cache[slots, pos] = norm_rope(k, k_w).to(k_cache.dtype)
+    v_cache[slots, pos] = v.to(v_cache.dtype)
+    return norm_rope(q, q_w)
 
 
 def moe_nvfp4_ref(
@@ -134,6 +189,27 @@ def gdn_recurrent_step_ref(
     o = (s * qf.unsqueeze(-1)).sum(-2)
     state[idx] = s
     return o.to(v.dtype)
+
+
+def gdn_recurrent_step_gated_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
+    """``gdn_recurrent_step_ref`` with its gates computed from the raw in_proj outputs (HF's formulas).
+
+    a, b: [B, HV]; A_log, dt_bias: [HV]. ``beta = sigmoid(b)``, ``g = -exp(A_log) * softplus(a + dt_bias)``
+    (torch softplus: threshold 20), all in fp32; the rest as ``gdn_recurrent_step_ref``.
+    """
+    beta = torch.sigmoid(b.float())
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+    return gdn_recurrent_step_ref(q, k, v, g, beta, state, slots)
 
 
 def causal_conv1d_update_ref(
