@@ -1,7 +1,7 @@
 """Decode attention kernel against its plain-torch reference, under the Triton interpreter on CPU
 and at the real shapes on CUDA."""
 
-from test_kernels_common import load_kernels  # sets TRITON_INTERPRET first
+from test_kernels_common import DEVICE, load_kernels  # sets TRITON_INTERPRET first
 
 import importlib
 
@@ -35,8 +35,9 @@ TOL = 4e-3
 
 
 @pytest.mark.parametrize("lens,splits,block_n", [([1], 1, 16), ([63, 1, 65], 4, 16), ([64, 100, 17], 3, 32)])
-def test_decode_attention_matches_reference_cpu(lens, splits, block_n):
-    q, k, v, slots, lens_t = _case("cpu", 5, 100, 2, 8, 32, lens, seed=len(lens) * 7 + splits)
+def test_decode_attention_matches_reference(lens, splits, block_n):
+    """Odd shapes: under the interpreter on CPU, compiled on CUDA."""
+    q, k, v, slots, lens_t = _case(DEVICE, 5, 100, 2, 8, 32, lens, seed=len(lens) * 7 + splits)
     out = ad.attention_decode(q, k, v, slots, lens_t, 32**-0.5, splits=splits, block_n=block_n)
     ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 32**-0.5)
     assert not torch.isnan(ref).any()
@@ -47,8 +48,8 @@ def test_decode_attention_matches_reference_cpu(lens, splits, block_n):
 def test_decode_attention_gate_is_fused_into_the_combine(lens, splits):
     """With a gate the output is ``bf16(attn) * sigmoid(gate)`` in bf16, the gate read through a
     strided view (per head [q | gate] rows of the projection)."""
-    q, k, v, slots, lens_t = _case("cpu", 5, 100, 2, 8, 32, lens, seed=11)
-    proj = torch.randn(len(lens), 8, 2 * 32, generator=torch.Generator().manual_seed(2)).bfloat16() * 2
+    q, k, v, slots, lens_t = _case(DEVICE, 5, 100, 2, 8, 32, lens, seed=11)
+    proj = (torch.randn(len(lens), 8, 2 * 32, generator=torch.Generator().manual_seed(2)).bfloat16() * 2).to(DEVICE)
     gate = proj[..., 32:]  # strided: 64 apart per head
     out = ad.attention_decode(q, k, v, slots, lens_t, 32**-0.5, splits=splits, block_n=16, gate=gate)
     ref = ad.attention_decode_ref(q, k, v, slots, lens_t, 32**-0.5, gate=gate)
