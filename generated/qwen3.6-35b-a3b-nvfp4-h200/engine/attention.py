@@ -1,0 +1,114 @@
+"""Gated full attention (HF ``Qwen3_5MoeAttention``) over packed sequences with a slot KV cache.
+
+Per token: ``q_proj`` gives per head [q | gate] (head_dim each); q and k get the zero-centred
+RMSNorm over head_dim, then RoPE on their first ``rotary_dim`` dims (rotate-half, theta from
+the config; positions per sequence); attention is causal GQA with scale head_dim^-0.5 over the
+sequence's cached keys plus its new ones; the output is multiplied by sigmoid(gate) before
+``o_proj``. The text model's mRoPE has equal position ids in its three sections, which makes
+it this plain RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .batch import Batch
+from .cache import StateCache
+from .linear import linear
+from .target import ModelDims
+from .weights import AttentionWeights
+
+
+class Rope:
+    """Rotary tables for the first ``rotary_dim`` dims of a head: ``inv_freq[i] = theta^(-2i/rotary_dim)``
+    (HF ``compute_default_rope_parameters``), angles computed in fp32 per call."""
+
+    def __init__(self, dims: ModelDims, device: torch.device):
+        d = dims.rotary_dim
+        self.rotary_dim = d
+        self.inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 cos, sin [T, rotary_dim] for int64 positions [T] (frequencies repeated for both halves)."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, d/2]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos(), emb.sin()
+
+
+def attention_forward(
+    x: torch.Tensor,
+    w: AttentionWeights,
+    layer: int,
+    batch: Batch,
+    cache: StateCache,
+    cos_sin: tuple[torch.Tensor, torch.Tensor],
+    dims: ModelDims,
+    decode_splits: int = 0,
+) -> torch.Tensor:
+    """One attention mixer over the packed tokens; appends their K/V to the slots' cache.
+
+    Args:
+        x: bf16 [T, H], the input-normed hidden states.
+        layer: model layer index (selects the cache tensors).
+        cos_sin: fp32 cos, sin [T, rotary_dim] of the tokens' positions (``Rope.cos_sin``, once per forward).
+        decode_splits: tunable ``attention_decode_splits`` (0: SDPA over gathered K/V; N: split-K kernel).
+    Returns:
+        bf16 [T, H].
+    """
+    t = x.shape[0]
+    nq, nkv, hd = dims.num_attention_heads, dims.num_key_value_heads, dims.head_dim
+    qkv = linear(x, w.qkv_proj)  # [T, nq*2*hd + 2*nkv*hd]
+    gate = qkv[:, : nq * 2 * hd].view(t, nq, 2 * hd)[..., hd:]  # [T, nq, hd], strided
+    j = cache.layer_index[layer]
+    kc, vc = cache.k[j], cache.v[j]  # [S, L, nkv, hd]
+    # q, k normed and roped; k and v written into the cache at (slot, position)
+    q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, batch.token_slots, batch.positions,
+                                   nq, nkv, dims.rms_norm_eps)  # [T, nq, hd]
+    scale = hd**-0.5
+    if batch.decode and decode_splits:
+        o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate)  # gated inside
+        return linear(o.reshape(t, nq * hd), w.o_proj)
+    if batch.decode:
+        o = _decode_attention_sdpa(q, kc, vc, batch, scale)
+    else:
+        o = torch.empty(t, nq, hd, dtype=x.dtype, device=x.device)
+        for i, (slot, start, n) in enumerate(zip(batch.slots, batch.starts, batch.lens)):
+            a, b = batch.cu_seqlens[i], batch.cu_seqlens[i + 1]
+            total = start + n
+            qi = q[a:b].transpose(0, 1).unsqueeze(0)  # [1, nq, n, hd]
+            ki = kc[slot, :total].transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
+            vi = vc[slot, :total].transpose(0, 1).unsqueeze(0)
+            # query r sits at position start + r and sees keys 0..start + r
+            mask = torch.arange(total, device=x.device)[None, :] <= (start + torch.arange(n, device=x.device))[:, None]
+            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=nq != nkv)
+            o[a:b] = oi[0].transpose(0, 1)
+    o = (o * torch.sigmoid(gate)).reshape(t, nq * hd)
+    return linear(o, w.o_proj)
+
+
+def _decode_attention_splitk(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int, gate: torch.Tensor
+) -> torch.Tensor:
+    """Split-K kernel (reads the cache in place, no host sync): q, gate [B, nq, hd] -> ``attn * sigmoid(gate)``."""
+    from .kernels import attention_decode as ad  # imports triton; only when asked for
+
+    lens = (batch.positions + 1).to(torch.int32)  # on device: no host sync, graph-safe
+    if q.is_cuda:
+        return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits, gate=gate)
+    return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale, gate=gate)
+
+
+def _decode_attention_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
+    """SDPA over each sequence's gathered K/V up to the longest length (a host read of the lengths);
+    q [B, nq, hd] -> [B, nq, hd]."""
+    lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
+    longest = max(batch.starts) + 1
+    ks = kc[batch.slots_t, :longest].transpose(1, 2)  # [B, nkv, longest, hd]
+    vs = vc[batch.slots_t, :longest].transpose(1, 2)
+    mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]  # [B, 1, 1, longest]
+    o = F.scaled_dot_product_attention(
+        q.unsqueeze(2), ks, vs, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != ks.shape[1]
+    )  # [B, nq, 1, hd]
+    return o[:, :, 0]

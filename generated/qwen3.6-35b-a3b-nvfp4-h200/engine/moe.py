@@ -1,0 +1,70 @@
+"""Sparse MoE block (HF ``Qwen3_5MoeSparseMoeBlock``): routed top-k experts plus a gated shared expert.
+
+Router: ``softmax(x · Wrᵀ)`` in fp32 over E experts, top-k, renormalised to sum 1 (HF
+``Qwen3_5MoeTopKRouter``; ``kernels.route_topk``). Each expert is ``down(silu(gate(x)) * up(x))``; the shared expert
+is the same MLP, scaled by ``sigmoid(x · w_shared_gate)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .linear import linear
+from .target import ModelDims
+from .weights import ExpertStack, MoeWeights
+
+
+def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: ExpertStack) -> torch.Tensor:
+    """Routed bf16 experts, one grouped GEMM pair per hit expert (HF ``Qwen3_5MoeExperts.forward`` order).
+
+    x bf16 [T, H]; ids int64 [T, k]; weights fp32 [T, k]; ex.w13 bf16 [E, 2I, H], ex.w2 bf16 [E, H, I].
+    Sums the weighted expert outputs of each token in fp32 and rounds once; returns bf16 [T, H].
+    """
+    t, k = ids.shape
+    inter = ex.w13.shape[1] // 2
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)  # (token, j) pairs grouped by expert
+    counts = torch.bincount(flat, minlength=ex.w13.shape[0]).tolist()
+    pairs = torch.empty(t * k, x.shape[1], dtype=torch.float32, device=x.device)  # row t*k + j: expert j of token t
+    start = 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        sel = order[start : start + c]
+        start += c
+        gu = F.linear(x[sel // k], ex.w13[e])  # [c, 2I]
+        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        pairs[sel] = F.linear(h, ex.w2[e]).float()  # [c, H]
+    # the weighted sum over a token's k experts, in a fixed order whatever the batch
+    out = (pairs.view(t, k, -1) * weights.float().unsqueeze(-1)).sum(1)
+    return out.to(x.dtype)
+
+
+def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | None = None) -> torch.Tensor:
+    """Routed experts + gated shared expert for x bf16 [T, H]; returns bf16 [T, H].
+
+    ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4`` and ``nvfp4_linear``).
+    With ``w.shared_stacked`` the router GEMV also yields the shared gate's logit and the shared
+    expert runs as pair k of the same MoE kernels: router GEMV, routing, two MoE kernels.
+    """
+    launch = launch or {}
+    ex = w.experts
+    logits = F.linear(x, w.router)  # [T, E] bf16, or [T, E+1] with the shared gate's logit last
+    ids, weights = kernels.route_topk(logits, dims.num_experts_per_tok, w.shared_stacked)
+    if w.shared_stacked:
+        return kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
+    if ex.quantized:
+        routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
+    else:
+        routed = experts_bf16(x, ids, weights, ex)
+    lin_launch = launch.get("linear", {})
+    if w.shared_gate_up is not None:
+        gu = linear(x, w.shared_gate_up)
+        gate, up = gu.chunk(2, dim=-1)
+    else:
+        gate, up = linear(x, w.shared_gate, **lin_launch), linear(x, w.shared_up, **lin_launch)
+    shared = linear(F.silu(gate) * up, w.shared_down, **lin_launch)
+    shared = torch.sigmoid(F.linear(x, w.shared_expert_gate)) * shared  # [T, 1] * [T, H]
+    return routed + shared

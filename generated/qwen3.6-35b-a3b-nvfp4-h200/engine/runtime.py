@@ -1,0 +1,248 @@
+"""The ``Engine``: prefill, decode, release and generate over slots (docs/CONTRACTS.md, "The engine").
+
+``prefill`` and ``decode`` are the parity surface (fp32 logits out); ``generate`` is a small
+continuous-batching scheduler on top of them for the benchmarks: admit prompts while slots
+are free, prefill them in packs of at most ``prefill_chunk_tokens`` tokens (long prompts in
+pieces), then decode every live sequence one token per step, sampling each with its own
+parameters and generator, and free a slot as soon as its sequence ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from .batch import make_batch
+from .cache import CacheConfig, StateCache
+from .graphs import DecodeGraphs, graph_sizes
+from .model import ForwardOut, Model
+from .sampling import SamplingParams, make_generator, sample_batch
+from .target import ModelDims
+from .tunables import Tunables
+from .weights import Weights
+
+
+@dataclass
+class PrefillResult:
+    """What ``Engine.prefill`` returns, one entry per prompt, in prompt order.
+
+    Attributes:
+        slots: the slot holding each sequence (pass them to ``decode``/``prefill``/``release``).
+        logits: fp32 [T_i, V] per prompt, one row per prompt token.
+        hidden: fp32 [L+1, T_i, H] per prompt (index 0 the embeddings, l+1 the output of layer l
+            before the final norm), or None unless ``return_hidden``.
+    """
+
+    slots: list[int]
+    logits: list[torch.Tensor]
+    hidden: list[torch.Tensor] | None = None
+
+
+@dataclass(eq=False)
+class _Request:
+    index: int
+    prompt: list[int]
+    params: SamplingParams
+    gen: torch.Generator | None
+    slot: int = -1
+    done_prompt: int = 0  # prompt tokens already prefilled
+    out: list[int] = field(default_factory=list)
+
+
+class Engine:
+    """A loaded model with its slot state on one device; build it with ``engine.load``.
+
+    Attributes:
+        dims: the rendered target facts (``target.ModelDims``).
+        device: where weights and state live.
+        tunables: the values read from ``tunables.json`` at load.
+        max_batch, max_seq_len: state capacity (slots, tokens per slot).
+    """
+
+    def __init__(self, weights: Weights, dims: ModelDims, tunables: Tunables, device: torch.device, cache_cfg: CacheConfig):
+        self.dims = dims
+        self.device = device
+        self.tunables = tunables
+        self.max_batch = cache_cfg.max_batch
+        self.max_seq_len = cache_cfg.max_seq_len
+        self.model = Model(weights, dims, tunables, device)
+        self.cache = StateCache(dims, cache_cfg, device)
+        self.graphs = None
+        if tunables.cuda_graph_max_batch:
+            sizes = graph_sizes(tunables.cuda_graph_max_batch, cache_cfg.max_batch)
+            self.graphs = DecodeGraphs(self.model, self.cache, sizes, device)
+
+    # ---- checks -------------------------------------------------------------------------
+    def _check_tokens(self, seqs: list[list[int]], what: str) -> None:
+        if not isinstance(seqs, (list, tuple)) or not seqs:
+            raise ValueError(f"{what}: expected a non-empty list of token-id lists")
+        v = self.dims.vocab_size
+        for i, s in enumerate(seqs):
+            if len(s) == 0:
+                raise ValueError(f"{what}: prompt {i} is empty; every prompt needs at least one token (e.g. BOS)")
+            bad = [t for t in s if not isinstance(t, int) or not 0 <= t < v]
+            if bad:
+                raise ValueError(f"{what}: prompt {i} has token ids outside [0, {v}): {bad[:5]}")
+
+    def _check_room(self, lengths: list[int], what: str) -> None:
+        for i, n in enumerate(lengths):
+            if n > self.max_seq_len:
+                raise ValueError(
+                    f"{what}: sequence {i} would hold {n} tokens, more than max_seq_len={self.max_seq_len}; "
+                    "shorten it or load the engine with a larger max_seq_len"
+                )
+
+    # ---- parity surface -----------------------------------------------------------------
+    def prefill(self, prompts: list[list[int]], slots: list[int] | None = None, *, return_hidden: bool = False) -> PrefillResult:
+        """Run prompt tokens through the model, new sequences or continuing ones.
+
+        Args:
+            prompts: token ids per sequence (each non-empty, ids in [0, V)).
+            slots: None to start new sequences in fresh slots; else the slots of live
+                sequences to continue (chunked prefill), one per prompt.
+            return_hidden: also return per-layer hidden states (parity bisection).
+        Returns:
+            ``PrefillResult``.
+        Raises:
+            ValueError: empty prompt or bad token ids, a sequence longer than max_seq_len,
+                more new sequences than free slots, an unknown/released/repeated slot, or
+                ``len(slots) != len(prompts)``. Nothing is changed when it raises.
+        """
+        self._check_tokens(prompts, "prefill")
+        if slots is None:
+            self._check_room([len(p) for p in prompts], "prefill")
+            if len(prompts) > self.cache.free_slots:
+                raise ValueError(
+                    f"prefill: {len(prompts)} new sequences but only {self.cache.free_slots} of {self.max_batch} slots are free; "
+                    "release finished sequences (Engine.release) or load with a larger max_batch"
+                )
+            slots = self.cache.allocate(len(prompts))
+        else:
+            slots = list(slots)
+            if len(slots) != len(prompts):
+                raise ValueError(f"prefill: {len(prompts)} prompts but {len(slots)} slots; give one slot per prompt")
+            self.cache.check_live(slots)
+            self._check_room([self.cache.lengths[s] + len(p) for s, p in zip(slots, prompts)], "prefill")
+        out = self._run(prompts, slots, decode=False, last_only=False, return_hidden=return_hidden)
+        cu = [0]
+        for p in prompts:
+            cu.append(cu[-1] + len(p))
+        logits = [out.logits[cu[i] : cu[i + 1]] for i in range(len(prompts))]
+        hidden = [out.hidden[:, cu[i] : cu[i + 1]] for i in range(len(prompts))] if return_hidden else None
+        return PrefillResult(slots, logits, hidden)
+
+    def decode(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
+        """Feed one token to each live sequence; returns fp32 logits [B, V] (row i for ``slots[i]``).
+
+        Raises:
+            ValueError: unknown/released/repeated slot, ``len(tokens) != len(slots)``, a bad
+                token id, or a sequence already at max_seq_len. Nothing is changed when it raises.
+        """
+        slots = list(slots)
+        if not slots or len(tokens) != len(slots):
+            raise ValueError(f"decode: need one token per slot, got {len(tokens)} tokens for {len(slots)} slots")
+        self.cache.check_live(slots)
+        self._check_tokens([[t] for t in tokens], "decode")
+        self._check_room([self.cache.lengths[s] + 1 for s in slots], "decode")
+        return self._run([[t] for t in tokens], slots, decode=True, last_only=True, return_hidden=False).logits
+
+    def release(self, slots: list[int]) -> None:
+        """Free the slots of finished sequences for reuse.
+
+        Raises:
+            ValueError: a slot that is not live or repeats.
+        """
+        self.cache.release(list(slots))
+
+    def _run(self, seqs: list[list[int]], slots: list[int], *, decode: bool, last_only: bool, return_hidden: bool):
+        starts = [self.cache.lengths[s] for s in slots]
+        if decode and self.graphs is not None and self.graphs.covers(len(slots)):
+            logits = self.graphs.run([s[0] for s in seqs], starts, slots)
+            for s in slots:
+                self.cache.lengths[s] += 1
+            return ForwardOut(logits, None)
+        batch = make_batch(seqs, slots, starts, self.device, decode=decode)
+        rows = torch.tensor(batch.last_rows, device=self.device) if last_only and not decode else None
+        out = self.model.forward(batch, self.cache, rows=rows, return_hidden=return_hidden)
+        for s, n in zip(slots, batch.lens):
+            self.cache.lengths[s] += n
+        return out
+
+    # ---- generation ---------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Generate for many prompts at once; returns the output token ids per prompt (prompt excluded).
+
+        A sequence stops after ``max_tokens`` tokens, or at the end-of-sequence token (kept as
+        its last output token) unless ``ignore_eos``. Its output does not depend on the other
+        prompts (greedy exactly up to kernel rounding; sampling through its own generator).
+
+        Raises:
+            ValueError: bad prompts (see ``prefill``), a params list of the wrong length, or a
+                prompt whose length + max_tokens - 1 exceeds max_seq_len. Checked before any work.
+        """
+        self._check_tokens(prompts, "generate")
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams; give one, or one per prompt")
+        self._check_room([len(p) + sp.max_tokens - 1 for p, sp in zip(prompts, plist)], "generate")
+        waiting = deque(_Request(i, list(p), sp, make_generator(sp, self.device)) for i, (p, sp) in enumerate(zip(prompts, plist)))
+        results: list[list[int]] = [[] for _ in prompts]
+        prefilling: list[_Request] = []
+        running: list[_Request] = []
+        try:
+            while waiting or prefilling or running:
+                while waiting and self.cache.free_slots:
+                    r = waiting.popleft()
+                    r.slot = self.cache.allocate(1)[0]
+                    prefilling.append(r)
+                if prefilling:
+                    finished_prompt = self._prefill_step(prefilling)
+                    prefilling = [r for r in prefilling if r not in finished_prompt]
+                    running += [r for r in finished_prompt if not self._finish_if_done(r, results)]
+                    continue  # admit more before decoding, so prompts are not starved
+                step = running[: self.tunables.max_decode_batch]
+                logits = self._run([[r.out[-1]] for r in step], [r.slot for r in step], decode=True, last_only=True, return_hidden=False).logits
+                for r, t in zip(step, sample_batch(logits, [r.params for r in step], [r.gen for r in step])):
+                    r.out.append(t)
+                done = {id(r) for r in step if self._finish_if_done(r, results)}
+                # rotate so that more live sequences than max_decode_batch take turns
+                running = [r for r in running[len(step) :] + step if id(r) not in done]
+        finally:  # an interrupted call leaves no slot behind
+            live = [r.slot for r in prefilling + running if self.cache.is_live(r.slot)]
+            if live:
+                self.cache.release(live)
+        return results
+
+    def _prefill_step(self, reqs: list[_Request]) -> list[_Request]:
+        """Prefill the next pieces of ``reqs`` (at most ``prefill_chunk_tokens`` tokens in all, at
+        least one piece); sample the first output token of every request whose prompt completes."""
+        budget = self.tunables.prefill_chunk_tokens
+        seqs, chosen = [], []
+        for r in reqs:
+            left = len(r.prompt) - r.done_prompt
+            take = min(left, budget)
+            if take <= 0:
+                break
+            seqs.append(r.prompt[r.done_prompt : r.done_prompt + take])
+            chosen.append(r)
+            budget -= take
+        out = self._run(seqs, [r.slot for r in chosen], decode=False, last_only=True, return_hidden=False)
+        complete = []
+        for row, (r, s) in enumerate(zip(chosen, seqs)):
+            r.done_prompt += len(s)
+            if r.done_prompt == len(r.prompt):
+                complete.append((row, r))
+        if complete:
+            toks = sample_batch(out.logits[[row for row, _ in complete]], [r.params for _, r in complete], [r.gen for _, r in complete])
+            for (_, r), t in zip(complete, toks):
+                r.out.append(t)
+        return [r for _, r in complete]
+
+    def _finish_if_done(self, r: _Request, results: list[list[int]]) -> bool:
+        done = len(r.out) >= r.params.max_tokens or (not r.params.ignore_eos and r.out[-1] == self.dims.eos_token_id)
+        if done:
+            results[r.index] = r.out
+            self.cache.release([r.slot])
+        return done

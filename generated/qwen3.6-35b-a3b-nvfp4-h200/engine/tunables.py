@@ -1,0 +1,123 @@
+"""The engine's tunables: ``tunables.json`` beside this file, read once at load.
+
+``tunables.json`` is ``{"values": {name: value}, "space": {name: [choices]}}``
+(docs/CONTRACTS.md). The offline agent edits ``values`` only, picking from ``space``;
+a coding agent may add a tunable by adding a field here and an entry in both maps.
+What each one does is in ENGINE.md ("Tunables").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+PATH = Path(__file__).with_name("tunables.json")
+
+#: Kernel launch keywords: tunable name -> (op group, keyword of the kernels' launcher).
+LAUNCH = {
+    "linear_block_m": ("linear", "block_m"),
+    "linear_block_n": ("linear", "block_n"),
+    "linear_block_k": ("linear", "block_k"),
+    "linear_num_warps": ("linear", "num_warps"),
+    "linear_num_stages": ("linear", "num_stages"),
+    "moe_block_m": ("moe", "block_m"),
+    "moe_block_n": ("moe", "block_n"),
+    "moe_block_k": ("moe", "block_k"),
+    "moe_num_warps": ("moe", "num_warps"),
+    "moe_num_stages": ("moe", "num_stages"),
+    "moe_gemv_words": ("moe", "gemv_words"),
+    "moe_gemv_unroll": ("moe", "gemv_unroll"),
+}
+
+#: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
+ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch", "moe_gemv_words", "moe_gemv_unroll"}
+
+
+@dataclass(frozen=True)
+class Tunables:
+    """Values the runtime and the ops read.
+
+    Attributes:
+        gdn_chunk_size: tokens per chunk of the chunked Gated DeltaNet prefill (any positive
+            size is exact; it trades intra-chunk matmul size against sequential chunk steps).
+        gdn_recurrent_prefill_max_tokens: prefill forwards whose longest piece has at most this
+            many tokens run the delta rule token by token (``kernels.gdn_recurrent_prefill``: no
+            host sync, no tensor cores) instead of chunked; 0 = always chunked.
+        attention_decode_splits: 0 = decode attention by torch SDPA over each batch's gathered
+            K/V; N > 0 = the split-K kernel (``kernels/attention_decode.py``) with N splits per
+            sequence and kv head, reading the cache in place (its torch reference on CPU).
+        cuda_graph_max_batch: 0 = eager decode; N = decode steps of up to N sequences replay
+            CUDA graphs captured at load for batch sizes 1, 2, 4, ..., N (``graphs.py``; needs
+            ``attention_decode_splits > 0`` and NVFP4 experts on CUDA).
+        prefill_chunk_tokens: most prompt tokens ``generate`` packs into one prefill forward;
+            longer prompts are prefilled in pieces (chunked prefill).
+        max_decode_batch: most sequences ``generate`` decodes in one step; more take turns.
+        linear_*: launch keywords of ``kernels.nvfp4_linear`` (block sizes, warps, stages);
+            None leaves the launcher's own default.
+        moe_*: launch keywords of ``kernels.moe_nvfp4``; None as above. ``moe_gemv_words`` (1/0):
+            the decode GEMV reads the codes as int32 words and decodes two per op, or bytes;
+            ``moe_gemv_unroll`` (1/0): its down projection unrolls the sum over the k experts.
+    """
+
+    gdn_chunk_size: int = 64
+    gdn_recurrent_prefill_max_tokens: int = 0
+    attention_decode_splits: int = 0
+    cuda_graph_max_batch: int = 0
+    prefill_chunk_tokens: int = 2048
+    max_decode_batch: int = 64
+    linear_block_m: int | None = None
+    linear_block_n: int | None = None
+    linear_block_k: int | None = None
+    linear_num_warps: int | None = None
+    linear_num_stages: int | None = None
+    moe_block_m: int | None = None
+    moe_block_n: int | None = None
+    moe_block_k: int | None = None
+    moe_num_warps: int | None = None
+    moe_num_stages: int | None = None
+    moe_gemv_words: int | None = None
+    moe_gemv_unroll: int | None = None
+
+    def launch_keywords(self) -> dict[str, dict[str, int]]:
+        """``{"linear": {...}, "moe": {...}}``: the launch keywords that are set (not None) per op group."""
+        out: dict[str, dict[str, int]] = {"linear": {}, "moe": {}}
+        for name, (group, key) in LAUNCH.items():
+            value = getattr(self, name)
+            if value is not None:
+                out[group][key] = value
+        return out
+
+
+def load_tunables(path: str | Path = PATH) -> Tunables:
+    """Read and check ``tunables.json``.
+
+    Raises:
+        ValueError: the file is not ``{"values", "space"}`` JSON; a name in ``values`` is
+            unknown or missing; a value is not a positive int (0 allowed for ``ZERO_OK``,
+            None for launch keywords) or not one of its ``space`` choices. The message names the entry.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); restore it from git or fix the syntax") from None
+    if not isinstance(data, dict) or not isinstance(data.get("values"), dict) or not isinstance(data.get("space"), dict):
+        raise ValueError(f'{path} must be {{"values": {{...}}, "space": {{...}}}}')
+    values, space = data["values"], data["space"]
+    known = {f.name for f in fields(Tunables)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown tunables {unknown}; known: {sorted(known)} (add a field to Tunables first)")
+    missing = sorted(known - set(values))
+    if missing:
+        raise ValueError(f'{path}: tunables {missing} have no value; add them to "values"')
+    for name, value in values.items():
+        if value is None and name in LAUNCH:
+            pass
+        elif type(value) is not int or value < (0 if name in ZERO_OK else 1):
+            allowed = "a positive int or null" if name in LAUNCH else "an int ≥ 0" if name in ZERO_OK else "a positive int"
+            raise ValueError(f"{path}: tunable {name}={value!r} must be {allowed}")
+        if name in space and value not in space[name]:
+            raise ValueError(f"{path}: tunable {name}={value!r} is not one of its choices {space[name]}")
+    return Tunables(**values)
