@@ -152,8 +152,9 @@ def _stage_parity(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]
     error = None
     if not res.ok:
         failures = [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
-        error = res.error or (f"max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, worst prompt "
-                              f"{data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
+        error = res.error or (f"prefill max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, decode "
+                              f"max_decode_rel_err {data.get('max_decode_rel_err')} vs tolerance {data.get('decode_tolerance')}, "
+                              f"worst prompt {data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
     return res.ok, error, {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds")}
 
 

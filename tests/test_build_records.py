@@ -31,6 +31,14 @@ def test_decisions_name_the_reason():
     assert decide(GateOutcome(_gate(), 0, False, 12.0)).reason.startswith("faster: speedup 1.300")
     r = decide(GateOutcome(_gate(parity_ok=False), 1, False, 3.0))
     assert not r.accepted and "parity failed: max rel err 0.41 > tolerance 0.03" in r.reason
+    decode_only = _gate(parity_ok=False)
+    decode_only["parity"] |= {"max_rel_err": 0.01, "max_decode_rel_err": 0.2, "decode_tolerance": 0.05}
+    r = decide(GateOutcome(decode_only, 1, False, 3.0))
+    assert "max decode rel err 0.2 > tolerance 0.05" in r.reason and "max rel err 0.01 >" not in r.reason, r.reason
+    greedy_only = _gate(parity_ok=False)
+    greedy_only["parity"] |= {"max_rel_err": 0.01, "max_decode_rel_err": 0.02, "decode_tolerance": 0.05}
+    r = decide(GateOutcome(greedy_only, 1, False, 3.0))
+    assert "within tolerance, another check failed" in r.reason and "prompt 'len63' logits" in r.reason, r.reason
     assert decide(GateOutcome(_gate(speedup=1.02, beats=False), 0, False, 1.0)).reason.startswith("within noise")
     assert decide(GateOutcome(_gate(speedup=0.7, beats=False), 0, False, 1.0)).reason.startswith("slower")
     timed = GateOutcome({"ok": False, "stages": []}, None, True, 9.0, "gate timed out after 5s and was killed")

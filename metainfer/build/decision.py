@@ -39,7 +39,8 @@ def as_float(x: Any) -> float | None:
 def figures(result: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers of a gate JSON (schema 1), None where the gate did not get that far.
 
-    Keys: ``parity_ok``, ``max_rel_err``, ``tolerance``, ``speedup``, ``noise``, ``beats_baseline``,
+    Keys: ``parity_ok``, ``max_rel_err``, ``tolerance`` (prefill logits), ``max_decode_rel_err``,
+    ``decode_tolerance`` (teacher-forced decode logits), ``speedup``, ``noise``, ``beats_baseline``,
     ``scaled_down``, ``roofline_fraction`` (decode-bs1's, else the first workload's), and per workload
     ``workloads[name] = {"unit", "candidate", "baseline", "spread"}`` (medians).
     """
@@ -57,9 +58,29 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             roofline = as_float(w["roofline_fraction"])
     return {"parity_ok": parity.get("ok"), "max_rel_err": as_float(parity.get("max_rel_err")),
             "tolerance": as_float(parity.get("tolerance")),
+            "max_decode_rel_err": as_float(parity.get("max_decode_rel_err")),
+            "decode_tolerance": as_float(parity.get("decode_tolerance")),
             "speedup": as_float(objective.get("speedup")), "noise": as_float(objective.get("noise")),
             "beats_baseline": objective.get("beats_baseline"), "scaled_down": bench.get("scaled_down"),
             "roofline_fraction": roofline, "workloads": workloads}
+
+
+def parity_failure(f: dict[str, Any]) -> str | None:
+    """Which parity figure broke its tolerance (prefill, decode or both), from ``figures``; when
+    neither did (the entry failed on greedy tokens, batching or non-finite values), both figures
+    with their tolerances; None when the gate JSON has no parity figures."""
+    if f["max_rel_err"] is None:
+        return None
+    over = []
+    if f["tolerance"] is not None and not f["max_rel_err"] <= f["tolerance"]:
+        over.append(f"max rel err {f['max_rel_err']:.3g} > tolerance {f['tolerance']}")
+    dec, dtol = f.get("max_decode_rel_err"), f.get("decode_tolerance")
+    if dec is not None and dtol is not None and not dec <= dtol:
+        over.append(f"max decode rel err {dec:.3g} > tolerance {dtol}")
+    if over:
+        return "; ".join(over)
+    decode = f", decode {dec:.3g} (tolerance {dtol})" if dec is not None else ""
+    return f"prefill rel err {f['max_rel_err']:.3g} (tolerance {f['tolerance']}){decode} within tolerance, another check failed"
 
 
 def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
@@ -73,10 +94,9 @@ def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
             continue
         if not st.get("ok"):
             if st.get("name") == "parity":
-                f = figures(outcome.result)
-                if f["max_rel_err"] is not None:
-                    return f"parity failed: max rel err {f['max_rel_err']:.3g} > tolerance {f['tolerance']}" + (
-                        f" ({st['error']})" if st.get("error") else "")
+                why = parity_failure(figures(outcome.result))
+                if why:
+                    return f"parity failed: {why}" + (f" ({st['error']})" if st.get("error") else "")
             return f"{st.get('name')} failed: {st.get('error') or 'red'}"
     return None
 

@@ -34,7 +34,8 @@ class Progress:
         extra = ""
         f = figures(result)
         if name == "parity" and f["max_rel_err"] is not None:
-            extra = f" (max rel err {f['max_rel_err']:.3g})"
+            dec = f" / decode {f['max_decode_rel_err']:.3g}" if f.get("max_decode_rel_err") is not None else ""
+            extra = f" (max rel err {f['max_rel_err']:.3g}{dec})"
         if name == "bench" and f["speedup"] is not None:
             extra = f" speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
         status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"

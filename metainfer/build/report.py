@@ -38,6 +38,7 @@ def iteration_markdown(target: str, run_id: str, r: dict[str, Any]) -> str:
         lines += [f"Commit: `{r['commit']}`", ""]
     lines += ["| figure | value |", "|---|---|",
               f"| parity max rel err | {_num(f.get('max_rel_err'))} (tolerance {_num(f.get('tolerance'))}) |",
+              f"| parity max decode rel err | {_num(f.get('max_decode_rel_err'))} (tolerance {_num(f.get('decode_tolerance'))}) |",
               f"| speedup vs best | {_num(f.get('speedup'), '.4f')} ± {_num(f.get('noise'), '.4f')} |",
               f"| cumulative speedup | {_num(r.get('cumulative_speedup'), '.4f')} |",
               f"| roofline fraction | {_num(f.get('roofline_fraction'))} |"]
