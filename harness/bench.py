@@ -209,7 +209,9 @@ def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: Ben
 
 
 #: Fewest first tokens compared, and the least share that must agree, for the A/B output check.
-MIN_COMPARED, MIN_AGREEMENT = 4, 0.5
+#: honest engines that both passed parity disagree only on rare near-ties; at 0.5 an engine that skipped
+#: decode for bench-shaped calls and answered 1-token calls blindly got through (5 of 7 agreeing)
+MIN_COMPARED, MIN_AGREEMENT = 4, 0.9
 
 
 def check_same_outputs(runners: list[Runner]) -> None:

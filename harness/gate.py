@@ -200,6 +200,8 @@ def run_gate(args: GateArgs) -> dict:
         if tampered:  # the stage's figures came from the engine's functions, not the judge's
             integrity.restore(pristine)
             stage_ok = False
+            if isinstance(record.get(name), dict):  # its figures are void: say so where consumers read them
+                record[name] |= {"ok": False, "tampered": tampered}
             error = f"the engine replaced functions the judge computes with: {', '.join(tampered[:8])}; engines may not patch torch, numpy, time or the harness"
         record["stages"].append({"name": name, "ok": bool(stage_ok), "seconds": round(time.perf_counter() - t0, 3),
                                  "error": error, "detail": detail})

@@ -51,11 +51,22 @@ def snapshot() -> dict[str, dict[str, object]]:
     return {name: {k: v for k, v in list(vars(ns).items()) if callable(v)} for name, ns in _namespaces().items()}
 
 
+#: Namespaces where a *new* callable is tampering too: a class attribute shadows the one inherited
+#: from a base (``setattr(torch.Tensor, "__sub__", f)`` hides ``torch._C.TensorBase.__sub__``), and
+#: these modules import nothing lazily. Other modules gain submodules and helpers on first use.
+STRICT = {"torch.Tensor", "builtins", "math", "time", "statistics"}
+
+
+def _added(before: dict[str, dict[str, object]], now: dict[str, dict[str, object]]) -> list[str]:
+    return [f"{name}.{k}" for name in STRICT & before.keys() for k in now.get(name, {}).keys() - before[name].keys()]
+
+
 def changed(before: dict[str, dict[str, object]]) -> list[str]:
-    """Attributes replaced or removed since ``before`` (``torch.Tensor.norm``), sorted; new attributes
-    of a namespace are ignored (lazy imports add submodules), replaced ones are not."""
+    """Attributes replaced or removed since ``before`` (``torch.Tensor.norm``), and new callables in
+    the ``STRICT`` namespaces, sorted; new attributes of other modules are ignored (lazy imports add
+    submodules)."""
     now = snapshot()
-    out = []
+    out = _added(before, now)
     for name, attrs in before.items():
         cur = now.get(name, {})
         out += [f"{name}.{k}" for k, value in attrs.items() if cur.get(k) is not value]
@@ -66,6 +77,9 @@ def restore(before: dict[str, dict[str, object]]) -> None:
     """Put back every attribute ``changed(before)`` would list, so later stages (and the rest of
     the process) compute with the judge's own functions again."""
     spaces = _namespaces()
+    for qual in _added(before, snapshot()):
+        name, _, k = qual.rpartition(".")
+        delattr(spaces[name], k)
     for name, attrs in before.items():
         ns = spaces.get(name)
         if ns is None:

@@ -27,6 +27,9 @@ FORBIDDEN_ROOTS = {
     "httpx", "aiohttp", "ftplib", "smtplib", "telnetlib", "xmlrpc", "websocket", "websockets", "grpc",
     "pickle", "cPickle", "dill", "cloudpickle", "shelve", "marshal", "joblib", "ctypes", "multiprocessing",
     "pty", "huggingface_hub", "vllm", "sglang",
+    # a thread can slow the other engine of an A/B down (it shares the process); atexit/signal
+    # run code after the judge's last check
+    "threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal",
 }
 ALLOWED_METAINFER = ("metainfer.checkpoint", "metainfer.formats")
 FORBIDDEN_CALLS = {
@@ -34,12 +37,20 @@ FORBIDDEN_CALLS = {
     "os.system", "os.popen", "os.fork", "os.kill", "os.startfile",
     "sys._getframe", "inspect.stack", "inspect.currentframe", "inspect.getouterframes", "gc.get_objects",
     "gc.get_referrers", "builtins.open",
+    # open paths the bare-open rule does not see, and an exit that skips the judge's verdict
+    "io.open", "io.FileIO", "os.open", "os.fdopen", "os._exit", "os.abort", "os.write", "os.pwrite",
 }
-FORBIDDEN_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn", "shutil.")
+#: global module hooks would see the reference model's inputs and outputs during parity
+FORBIDDEN_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn", "shutil.", "torch.nn.modules.module.register_module_",
+                      "torch.nn.modules.module._global_")
 WRITE_CALLS = {"os.remove", "os.unlink", "os.rename", "os.replace", "os.makedirs", "os.mkdir", "os.rmdir",
                "os.chmod", "os.symlink", "os.link", "os.truncate"}
 WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "rename", "symlink_to",
-                 "hardlink_to", "chmod", "tofile"}
+                 "hardlink_to", "chmod", "tofile", "write", "writelines"}
+#: attributes the engine may not read: the judge's command line (its output path, its seed)
+FORBIDDEN_ATTRS = {"sys.argv", "sys.orig_argv", "sys.modules", "builtins.__dict__"}
+#: setattr on objects under these roots patches what the judge computes with
+PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
 DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__"}
 #: Modules whose attributes, looked up by a computed name, would reach any import, file or process.
 DYNAMIC_TARGETS = {"importlib", "builtins", "__builtins__", "sys", "os", "io", "pathlib"}
@@ -141,6 +152,10 @@ class _Visitor(ast.NodeVisitor):
             self.add(node, "file-write", f"calls {name}: an engine writes no files")
         elif name == "open" and self._open_writes(node):
             self.add(node, "file-write", "opens a file for writing: an engine writes no files")
+        if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and node.args:
+            target = self.dotted(node.args[0])
+            if target is not None and target.split(".")[0] in PATCH_ROOTS:
+                self.add(node, "monkeypatch", f"{name}({target}, ...) patches a module or class the judge also uses")
         if name in ("getattr", "builtins.getattr") and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
             target = self.dotted(node.args[0])
             if target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
@@ -184,8 +199,8 @@ class _Visitor(ast.NodeVisitor):
                 return hops if isinstance(node, ast.Name) and node.id == "__file__" else 0
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if self.dotted(node) in ("sys.modules", "builtins.__dict__"):
-            self.add(node, "forbidden-call", f"reads {self.dotted(node)}: the judge's loaded modules (and their tensors) are off limits")
+        if self.dotted(node) in FORBIDDEN_ATTRS:
+            self.add(node, "forbidden-call", f"reads {self.dotted(node)}: the judge's command line and loaded modules are off limits")
         if node.attr in INTROSPECTION_ATTRS:
             self.add(node, "forbidden-call", f"reads .{node.attr}: frame introspection could reach the judge's tensors")
         if node.attr == "parent" and self._climb(node) > self.depth:

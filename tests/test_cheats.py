@@ -29,8 +29,9 @@ def cheat_engine(rendered: Path, tmp_path: Path, cheat) -> Path:
     return dest
 
 
-def gate(engine: Path, checkpoint: Path, tmp_path: Path, stages: tuple[str, ...], baseline: Path | None = None) -> dict:
-    args = GateArgs(engine, checkpoint, baseline, "cpu", stages, 11, 1, "cpu", ("conc32",), tmp_path / "gate.json",
+def gate(engine: Path, checkpoint: Path, tmp_path: Path, stages: tuple[str, ...], baseline: Path | None = None,
+         workloads: tuple[str, ...] = ("conc32",)) -> dict:
+    args = GateArgs(engine, checkpoint, baseline, "cpu", stages, 11, 1, "cpu", workloads, tmp_path / "gate.json",
                     parity_lengths=(1, 17), parity_steps=2)  # a quick parity: the full set takes minutes here
     return run_gate(args)
 
@@ -61,7 +62,8 @@ def test_static_cheats_are_rejected_before_anything_runs(rendered, tiny_checkpoi
 def test_runtime_cheats_are_rejected_by_their_stage(rendered, tiny_checkpoint, tmp_path, cheat):
     engine = cheat_engine(rendered, tmp_path, cheat)
     stages = ("static", cheat.STAGE) if cheat.STAGE == "parity" else ("static", "bench")
-    rec = gate(engine, tiny_checkpoint("bf16"), tmp_path, stages, baseline=rendered if cheat.STAGE == "bench" else None)
+    rec = gate(engine, tiny_checkpoint("bf16"), tmp_path, stages, baseline=rendered if cheat.STAGE == "bench" else None,
+               workloads=getattr(cheat, "WORKLOADS", ("conc32",)))
     names = [s["name"] for s in rec["stages"]]
     assert names == list(stages) and rec["stages"][0]["ok"], rec["stages"]
     red = rec["stages"][-1]

@@ -58,6 +58,19 @@ def test_route_reference_matches_hf_router_and_bf16_shared_gate():
     assert torch.equal(w[:, 3:], bf16_gate)
 
 
+def test_route_ties_go_to_the_lowest_id_and_nan_stays_in_range():
+    k = load_kernels()
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0, 2.0, 0.0, 0.5, -1.0],
+                           [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]).bfloat16().to(DEVICE)
+    ids, w = k.route_topk(logits, 2)
+    ids_ref, w_ref = k.reference.route_topk_ref(logits, 2)
+    assert ids.cpu().tolist() == ids_ref.cpu().tolist() == [[0, 2], [0, 1]]
+    assert rel_err(w, w_ref) < 1e-6
+    poisoned = torch.full((1, 9), float("nan")).bfloat16().to(DEVICE)
+    ids, _ = k.route_topk(poisoned, 3, True)
+    assert ids[0, :3].max() < 8 and ids[0, :3].min() >= 0  # never past the routed experts
+
+
 def test_route_checks_name_the_problem():
     k = load_kernels()
     with pytest.raises(ValueError, match="top_k = 9 must be in"):

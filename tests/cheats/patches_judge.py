@@ -1,5 +1,6 @@
 """Scales its logits (a wrong engine) and hides it by replacing ``torch.Tensor.norm``, which the
-parity metrics use, through ``setattr`` (the static stage only sees ``x.attr = ...`` writes)."""
+parity metrics use, through ``setattr`` on an alias (the static stage sees ``x.attr = ...`` writes
+and ``setattr`` on dotted torch names only)."""
 
 from pathlib import Path
 
@@ -15,6 +16,7 @@ def apply(engine_dir: Path) -> None:
     append(engine_dir, "engine/__init__.py", '''
 def _fake(logits):
     _real = torch.Tensor.__dict__["norm"]
-    setattr(torch.Tensor, "norm", lambda self, *a, **k: _real(self, *a, **k) * 1e-6 if self.numel() > 1 else _real(self, *a, **k))
+    _T = torch.Tensor  # through an alias: the static setattr rule sees dotted names only
+    setattr(_T, "norm", lambda self, *a, **k: _real(self, *a, **k) * 1e-6 if self.numel() > 1 else _real(self, *a, **k))
     return logits * 1.5
 ''' + WRAP_ENGINE)

@@ -67,8 +67,8 @@ def nvfp4_linear_ref(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
 
 
 def route_topk_ref(logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k routing (HF ``Qwen3_5MoeTopKRouter``): fp32 softmax over the E logits, ``torch.topk``
-    (descending), weights renormalised to sum 1.
+    """Top-k routing (HF ``Qwen3_5MoeTopKRouter``): fp32 softmax over the E logits, the k largest
+    (descending; ties to the lowest expert id), weights renormalised to sum 1.
 
     logits: [T, E] (bf16 or fp32), or [T, E+1] with ``shared``: column E is the shared expert's
     gate logit, whose ``sigmoid`` rounded to bf16 (HF ``Qwen3_5MoeSparseMoeBlock`` runs it in bf16)
@@ -77,7 +77,10 @@ def route_topk_ref(logits: torch.Tensor, top_k: int, shared: bool = False) -> tu
     """
     n_exp = logits.shape[1] - (1 if shared else 0)
     probs = torch.softmax(logits[:, :n_exp].float(), dim=-1)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
+    # a stable descending sort: among equal probabilities (bf16 logits tie often) the lowest expert id
+    # first, as the kernel picks; torch.topk leaves that order unspecified (CPU takes the highest)
+    weights, ids = torch.sort(probs, dim=-1, descending=True, stable=True)
+    weights, ids = weights[:, :top_k], ids[:, :top_k]
     weights = weights / weights.sum(-1, keepdim=True)
     if shared:
         gate = torch.sigmoid(logits[:, n_exp:].float()).to(torch.bfloat16).float()  # [T, 1]

@@ -36,7 +36,8 @@ def _route_kernel(
     b_ids = tl.zeros([BLOCK_K], dtype=tl.int32)
     for j in tl.static_range(TOP_K):
         b_best = tl.max(b_p, axis=0)
-        i_best = tl.min(tl.where(b_p == b_best, o_e, BLOCK_E), axis=0)
+        # NaN logits match no lane (BLOCK_E): clamp so a poisoned row can never index past the experts
+        i_best = tl.minimum(tl.min(tl.where(b_p == b_best, o_e, BLOCK_E), axis=0), E - 1)
         b_top = tl.where(o_k == j, b_best, b_top)
         b_ids = tl.where(o_k == j, i_best, b_ids)
         b_p = tl.where(o_e == i_best, -1.0, b_p)
