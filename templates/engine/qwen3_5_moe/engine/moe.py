@@ -53,12 +53,12 @@ def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | 
     ex = w.experts
     logits = F.linear(x, w.router)  # [T, E] bf16, or [T, E+1] with the shared gate's logit last
     ids, weights = kernels.route_topk(logits, dims.num_experts_per_tok, w.shared_stacked)
-    if w.shared_stacked:
-        return kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     if ex.quantized:
         routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     else:
         routed = experts_bf16(x, ids, weights, ex)
+    if w.shared_stacked:  # the shared expert was pair k of the routed kernels
+        return routed
     lin_launch = launch.get("linear", {})
     if w.shared_gate_up is not None:
         gu = linear(x, w.shared_gate_up)

@@ -162,7 +162,10 @@ def check_config(text_config: dict, quant: str, dims: ModelDims = DIMS) -> None:
 
 
 def _linear(reader: CheckpointReader, module: str, device: torch.device) -> Linear:
-    lin = reader.get_linear(module)
+    return _to_linear(reader.get_linear(module), module, device)
+
+
+def _to_linear(lin: Bf16Linear | NvFp4Linear, module: str, device: torch.device) -> Linear:
     if isinstance(lin, NvFp4Linear):
         return Linear(lin.weight.to(device), lin.weight_scale.to(device), lin.weight_scale_2.float().reshape(()).to(device))
     if isinstance(lin, Bf16Linear):
@@ -182,7 +185,8 @@ def _fused_bf16(reader: CheckpointReader, modules: list[str], device: torch.devi
 
 
 def _experts(reader: CheckpointReader, layer: int, device: torch.device, extra: tuple | None = None) -> ExpertStack:
-    """The layer's routed experts stacked; ``extra`` = NVFP4 ``(gate, up, down)`` appended as expert E."""
+    """The layer's routed experts stacked; ``extra`` = NVFP4 ``(gate, up, down)`` appended as expert E
+    (ignored when the experts are bf16)."""
     ex = reader.get_experts(layer)
     if not ex.quantized:
         return ExpertStack(ex.gate_up.to(device=device, dtype=torch.bfloat16), ex.down.to(device=device, dtype=torch.bfloat16))
@@ -205,20 +209,14 @@ def _moe(reader: CheckpointReader, i: int, device: torch.device) -> MoeWeights:
     bf16 = dict(device=device, dtype=torch.bfloat16)
     router = reader.get(f"{pre}gate.weight").to(**bf16)
     shared_gate = reader.get(f"{pre}shared_expert_gate.weight").to(**bf16)
-    raw = [reader.get_linear(f"{pre}shared_expert.{p}_proj") for p in ("gate", "up", "down")]
-    routed_i = reader.text_config.get("moe_intermediate_size")
-    if all(isinstance(r, NvFp4Linear) for r in raw) and raw[0].weight.shape[0] == routed_i:
-        experts = _experts(reader, i, device, extra=tuple(raw))
-        if experts.quantized:
-            return MoeWeights(router=torch.cat([router, shared_gate]), experts=experts, shared_stacked=True)
-    moe = MoeWeights(
-        router=router,
-        experts=_experts(reader, i, device),
-        shared_down=_linear(reader, f"{pre}shared_expert.down_proj", device),
-        shared_expert_gate=shared_gate,
-    )
-    gate = _linear(reader, f"{pre}shared_expert.gate_proj", device)
-    up = _linear(reader, f"{pre}shared_expert.up_proj", device)
+    names = [f"{pre}shared_expert.{p}_proj" for p in ("gate", "up", "down")]
+    raw = [reader.get_linear(n) for n in names]
+    stackable = all(isinstance(r, NvFp4Linear) for r in raw) and raw[0].weight.shape[0] == reader.text_config.get("moe_intermediate_size")
+    experts = _experts(reader, i, device, extra=tuple(raw) if stackable else None)  # bf16 experts ignore extra
+    if stackable and experts.quantized:
+        return MoeWeights(router=torch.cat([router, shared_gate]), experts=experts, shared_stacked=True)
+    gate, up, down = (_to_linear(r, n, device) for r, n in zip(raw, names))
+    moe = MoeWeights(router=router, experts=experts, shared_down=down, shared_expert_gate=shared_gate)
     if gate.quantized or up.quantized:
         moe.shared_gate, moe.shared_up = gate, up
     else:
