@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 
 from metainfer.build.decision import commit_message, decide, decide_baseline, parse_trailers, trailers
@@ -75,10 +74,28 @@ def test_summary_table_and_html_plot(tmp_path):
     md = summary_markdown(rec)
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
     assert len(lines) == 1 + 3  # header + one row per iteration
-    assert "| 1 | **accepted** abcdef12 | faster | 0.004 | 1.300 ± 0.050 | 1.300 | 15 ms | 41.5 tok/s | 120 tok/s |" in md
+    assert ("| 1 | **accepted** abcdef12 | faster | 0.004 | 1.300 ± 0.050 | 1.300 | 15 vs 20 ms | 41.5 vs 32 tok/s "
+            "| 120 vs 100 tok/s |") in md
     assert "| 2 | rejected | broken | 0.41 | – |" in md and "accepted 1 of 2 candidates" in md and "scaled down" in md
-    html = write_summary(rec).read_text()
-    png = base64.b64decode(html.split("base64,")[1].split("'")[0])
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png == (rec.path / "objective.png").read_bytes()
-    assert "iter-001/report.md" in html
+    page = write_summary(rec).read_text()
+    assert "<pre>" not in page.split('id="iterations"')[1].split("</table>")[0]  # a real table, not markdown in a <pre>
+    assert 'href="iter-001/report.html"' in page and 'src="objective.png"' in page and 'src="workloads.png"' in page
+    assert (rec.path / "objective.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ">15 vs 20 ms<br>1.333× ± –" in page  # the candidate's figure beside the best's, ratio > 1 is faster for ttft
+    it1 = (rec.path / "iter-001" / "report.html").read_text()
+    assert "n/a (CPU)" in it1 and "0.0123" not in it1  # roofline on scaled-down CPU workloads is not a figure
+    assert 'href="../summary.html"' in it1
     assert json.loads((rec.path / "run.json").read_text())["run_id"] == rec.run_id
+
+
+def test_failed_baseline_is_not_called_rejected(tmp_path):
+    rec = RunRecord.create(tmp_path, "tgt", {"agent": "offline", "seed": 0, "branch": "metainfer/tgt", "iterations": 3})
+    from metainfer.build.decision import figures
+    write_json(rec.iter_dir(0) / "report.json", {"iteration": 0, "accepted": False, "summary": "Render the engine",
+                                                 "reason": "parity failed: max rel err 0.41 > tolerance 0.03",
+                                                 "figures": figures(_gate(parity_ok=False)), "cumulative_speedup": None})
+    rec.state.update({"status": "failed", "stop_reason": "the baseline did not pass"})
+    assert "| 0 | BASELINE FAILED |" in summary_markdown(rec)
+    page = write_summary(rec).read_text()
+    row = page.split('id="iter-0"')[1].split("</tr>")[0]
+    assert "baseline failed" in row and "rejected" not in row

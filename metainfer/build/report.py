@@ -1,15 +1,13 @@
-"""Human-readable run records: ``report.md`` per iteration, ``summary.md``, ``summary.html`` and ``objective.png``.
+"""Human-readable run records: ``report.md`` per iteration, ``summary.md``, and the HTML report.
 
-The objective plotted is the cumulative speedup over the baseline (the product of the
-accepted iterations' A/B speedups), with each candidate's own speedup against the best
-engine of its time as a point (green accepted, red rejected).
+The markdown is for terminals and git diffs; the HTML report (``summary.html``, one
+``iter-NNN/report.html`` per iteration, plots as PNG files) is written by
+``metainfer.build.report_html``. The objective is the cumulative speedup over the baseline
+(the product of the accepted iterations' A/B speedups).
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +20,24 @@ def _num(x: Any, fmt: str = ".3g") -> str:
 
 
 def _workload(f: dict | None, name: str) -> str:
+    """``candidate vs best unit`` of one workload (the best engine's figure it was raced against beside it)."""
     w = ((f or {}).get("workloads") or {}).get(name)
-    return "–" if not w or w.get("candidate") is None else f"{w['candidate']:.4g} {w.get('unit') or ''}".strip()
+    if not w or w.get("candidate") is None:
+        return "–"
+    return f"{w['candidate']:.4g} vs {_num(w.get('baseline'), '.4g')} {w.get('unit') or ''}".strip()
+
+
+def verdict_label(r: dict[str, Any]) -> str:
+    """``baseline``, ``BASELINE FAILED``, ``ACCEPTED`` or ``rejected`` for a ``report.json`` dict."""
+    if r["iteration"] == 0:
+        return "baseline" if r["accepted"] else "BASELINE FAILED"
+    return "ACCEPTED" if r["accepted"] else "rejected"
 
 
 def iteration_markdown(target: str, run_id: str, r: dict[str, Any]) -> str:
     """The ``report.md`` of one iteration from its ``report.json`` dict."""
     f = r.get("figures") or {}
-    verdict = "ACCEPTED" if r["accepted"] else "rejected"
+    verdict = verdict_label(r)
     lines = [f"# {target} · run {run_id} · iteration {r['iteration']}", "",
              f"**{verdict}**: {r['reason']}", "", f"Change: {r['summary']}", ""]
     if r.get("expected_gain"):
@@ -41,7 +49,7 @@ def iteration_markdown(target: str, run_id: str, r: dict[str, Any]) -> str:
               f"| parity max decode rel err | {_num(f.get('max_decode_rel_err'))} (tolerance {_num(f.get('decode_tolerance'))}) |",
               f"| speedup vs best | {_num(f.get('speedup'), '.4f')} ± {_num(f.get('noise'), '.4f')} |",
               f"| cumulative speedup | {_num(r.get('cumulative_speedup'), '.4f')} |",
-              f"| roofline fraction | {_num(f.get('roofline_fraction'))} |"]
+              f"| roofline fraction | {'n/a (CPU)' if f.get('scaled_down') else _num(f.get('roofline_fraction'))} |"]
     for name, w in (f.get("workloads") or {}).items():
         lines.append(f"| {name} ({w.get('unit')}) | {_num(w.get('candidate'), '.4g')} vs best {_num(w.get('baseline'), '.4g')} "
                      f"(spread {_num(w.get('spread'), '.3g')}) |")
@@ -66,12 +74,15 @@ def iteration_markdown(target: str, run_id: str, r: dict[str, Any]) -> str:
 
 def summary_table(history: list[dict[str, Any]]) -> str:
     """A markdown table with one row per iteration."""
-    rows = ["| iter | verdict | change | parity err | speedup ± noise | cumulative | ttft | decode-bs1 | conc32 | reason |",
+    rows = ["| iter | verdict | change | parity err | speedup ± noise | cumulative | ttft (vs best) | decode-bs1 (vs best) "
+            "| conc32 (vs best) | reason |",
             "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in history:
         f = r.get("figures") or {}
         sp = "–" if f.get("speedup") is None else f"{f['speedup']:.3f} ± {f.get('noise') or 0:.3f}"
-        verdict = ("**accepted** " + (r.get("commit") or "")[:8]) if r["accepted"] else "rejected"
+        verdict = verdict_label(r)
+        if r["accepted"] and r["iteration"] > 0:
+            verdict = "**accepted** " + (r.get("commit") or "")[:8]
         change = r["summary"].replace("|", "\\|")[:70]
         rows.append(f"| {r['iteration']} | {verdict} | {change} | {_num(f.get('max_rel_err'))} | {sp} | "
                     f"{_num(r.get('cumulative_speedup'), '.3f')} | {_workload(f, 'ttft')} | {_workload(f, 'decode-bs1')} | "
@@ -98,47 +109,9 @@ def summary_markdown(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
-def objective_png(history: list[dict[str, Any]]) -> bytes:
-    """The plot: cumulative speedup (line) and each candidate's speedup vs the best (points), PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
-    its = [r["iteration"] for r in history if r.get("cumulative_speedup") is not None]
-    cum = [r["cumulative_speedup"] for r in history if r.get("cumulative_speedup") is not None]
-    ax.step(its, cum, where="post", color="black", label="best (cumulative speedup)")
-    for r in history:
-        sp = (r.get("figures") or {}).get("speedup")
-        if sp is not None and r["iteration"] > 0:
-            ax.scatter([r["iteration"]], [sp], color="tab:green" if r["accepted"] else "tab:red", zorder=3)
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("speedup")
-    ax.set_title("objective over iterations (points: candidate vs best; green accepted)")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
 def write_summary(record: RunRecord) -> Path:
-    """Write ``summary.md``, ``objective.png`` and ``summary.html`` (the plot embedded) and return the HTML's path."""
-    md = summary_markdown(record)
-    write_text(record.path / "summary.md", md)
-    png = objective_png(record.history())
-    (record.path / "objective.png").write_bytes(png)
-    rows = []
-    for r in record.history():
-        link = f"iter-{r['iteration']:03d}/report.md"
-        rows.append(f"<li><a href='{link}'>iteration {r['iteration']}</a>: "
-                    f"{'accepted' if r['accepted'] else 'rejected'} — {html.escape(r['summary'])} ({html.escape(r['reason'])})</li>")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(record.state['target'])}</title></head><body>"
-            f"<img alt='objective over iterations' src='data:image/png;base64,{base64.b64encode(png).decode()}'/>"
-            f"<pre>{html.escape(md)}</pre><ul>{''.join(rows)}</ul></body></html>\n")
-    out = record.path / "summary.html"
-    write_text(out, page)
-    return out
+    """Write ``summary.md`` and the HTML report (``summary.html``, ``iter-NNN/report.html``, plots); return the HTML's path."""
+    from metainfer.build.report_html import write_html_report
+
+    write_text(record.path / "summary.md", summary_markdown(record))
+    return write_html_report(record)
