@@ -1,16 +1,14 @@
 """The ``Engine``: prefill, decode, release and generate over slots (docs/CONTRACTS.md, "The engine").
 
-``prefill`` and ``decode`` are the parity surface (fp32 logits out); ``generate`` is a small
-continuous-batching scheduler on top of them for the benchmarks: admit prompts while slots
-are free, prefill them in packs of at most ``prefill_chunk_tokens`` tokens (long prompts in
-pieces), then decode every live sequence one token per step, sampling each with its own
-parameters and generator, and free a slot as soon as its sequence ends.
+``prefill`` and ``decode`` are the parity surface (fp32 logits out); ``generate`` is a loop over
+``scheduler.Scheduler`` (continuous batching: admit while slots are free, prefill in pieces of
+``prefill_chunk_tokens``, decode the live sequences, free a slot as soon as its sequence ends),
+for the benchmarks; ``metainfer serve`` drives the same scheduler step by step.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -18,7 +16,8 @@ from .batch import make_batch
 from .cache import CacheConfig, StateCache
 from .graphs import DecodeGraphs, graph_sizes
 from .model import ForwardOut, Model
-from .sampling import SamplingParams, make_generator, sample_batch
+from .sampling import SamplingParams
+from .scheduler import Scheduler
 from .target import ModelDims
 from .tunables import Tunables
 from .weights import Weights
@@ -38,17 +37,6 @@ class PrefillResult:
     slots: list[int]
     logits: list[torch.Tensor]
     hidden: list[torch.Tensor] | None = None
-
-
-@dataclass(eq=False)
-class _Request:
-    index: int
-    prompt: list[int]
-    params: SamplingParams
-    gen: torch.Generator | None
-    slot: int = -1
-    done_prompt: int = 0  # prompt tokens already prefilled
-    out: list[int] = field(default_factory=list)
 
 
 class Engine:
@@ -174,9 +162,11 @@ class Engine:
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Generate for many prompts at once; returns the output token ids per prompt (prompt excluded).
 
-        A sequence stops after ``max_tokens`` tokens, or at the end-of-sequence token (kept as
-        its last output token) unless ``ignore_eos``. Its output does not depend on the other
-        prompts (greedy exactly up to kernel rounding; sampling through its own generator).
+        A thin loop over ``scheduler.Scheduler.step`` (continuous batching). A sequence stops
+        after ``max_tokens`` tokens, or at the end-of-sequence token or one of
+        ``params.stop_token_ids`` (kept as its last output token; EOS not with ``ignore_eos``).
+        Its output does not depend on the other prompts (greedy exactly up to kernel rounding;
+        sampling through its own generator).
 
         Raises:
             ValueError: bad prompts (see ``prefill``), a params list of the wrong length, or a
@@ -187,62 +177,14 @@ class Engine:
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams; give one, or one per prompt")
         self._check_room([len(p) + sp.max_tokens - 1 for p, sp in zip(prompts, plist)], "generate")
-        waiting = deque(_Request(i, list(p), sp, make_generator(sp, self.device)) for i, (p, sp) in enumerate(zip(prompts, plist)))
+        sched = Scheduler(self)
+        for i, (p, sp) in enumerate(zip(prompts, plist)):
+            sched.add_request(i, list(p), sp)
         results: list[list[int]] = [[] for _ in prompts]
-        prefilling: list[_Request] = []
-        running: list[_Request] = []
         try:
-            while waiting or prefilling or running:
-                while waiting and self.cache.free_slots:
-                    r = waiting.popleft()
-                    r.slot = self.cache.allocate(1)[0]
-                    prefilling.append(r)
-                if prefilling:
-                    finished_prompt = self._prefill_step(prefilling)
-                    prefilling = [r for r in prefilling if r not in finished_prompt]
-                    running += [r for r in finished_prompt if not self._finish_if_done(r, results)]
-                    continue  # admit more before decoding, so prompts are not starved
-                step = running[: self.tunables.max_decode_batch]
-                logits = self._run([[r.out[-1]] for r in step], [r.slot for r in step], decode=True, last_only=True, return_hidden=False).logits
-                for r, t in zip(step, sample_batch(logits, [r.params for r in step], [r.gen for r in step])):
-                    r.out.append(t)
-                done = {id(r) for r in step if self._finish_if_done(r, results)}
-                # rotate so that more live sequences than max_decode_batch take turns
-                running = [r for r in running[len(step) :] + step if id(r) not in done]
+            while sched.has_unfinished():
+                for out in sched.step():
+                    results[out.request_id] += out.new_tokens
         finally:  # an interrupted call leaves no slot behind
-            live = [r.slot for r in prefilling + running if self.cache.is_live(r.slot)]
-            if live:
-                self.cache.release(live)
+            sched.abort_all()
         return results
-
-    def _prefill_step(self, reqs: list[_Request]) -> list[_Request]:
-        """Prefill the next pieces of ``reqs`` (at most ``prefill_chunk_tokens`` tokens in all, at
-        least one piece); sample the first output token of every request whose prompt completes."""
-        budget = self.tunables.prefill_chunk_tokens
-        seqs, chosen = [], []
-        for r in reqs:
-            left = len(r.prompt) - r.done_prompt
-            take = min(left, budget)
-            if take <= 0:
-                break
-            seqs.append(r.prompt[r.done_prompt : r.done_prompt + take])
-            chosen.append(r)
-            budget -= take
-        out = self._run(seqs, [r.slot for r in chosen], decode=False, last_only=True, return_hidden=False)
-        complete = []
-        for row, (r, s) in enumerate(zip(chosen, seqs)):
-            r.done_prompt += len(s)
-            if r.done_prompt == len(r.prompt):
-                complete.append((row, r))
-        if complete:
-            toks = sample_batch(out.logits[[row for row, _ in complete]], [r.params for _, r in complete], [r.gen for _, r in complete])
-            for (_, r), t in zip(complete, toks):
-                r.out.append(t)
-        return [r for _, r in complete]
-
-    def _finish_if_done(self, r: _Request, results: list[list[int]]) -> bool:
-        done = len(r.out) >= r.params.max_tokens or (not r.params.ignore_eos and r.out[-1] == self.dims.eos_token_id)
-        if done:
-            results[r.index] = r.out
-            self.cache.release([r.slot])
-        return done

@@ -22,7 +22,9 @@ class SamplingParams:
         top_p: keep the smallest set of tokens whose probability reaches top_p (0 < top_p ≤ 1).
         top_k: keep the k most likely tokens (0 = all).
         seed: seed of the request's generator; None draws a fresh one (not reproducible).
-        ignore_eos: keep going past the end-of-sequence token.
+        ignore_eos: keep going past the end-of-sequence token (``stop_token_ids`` still stop).
+        stop_token_ids: more ids that end the sequence (kept as its last output token).
+        logprobs: None, or report the sampled token's log-probability and this many top ones (0-20).
 
     Raises:
         ValueError: any field out of range (the message names it and its range).
@@ -34,6 +36,8 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -46,6 +50,11 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k={self.top_k!r} must be an int ≥ 0 (0 = no top-k filter)")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"SamplingParams.seed={self.seed!r} must be an int or None")
+        self.stop_token_ids = tuple(self.stop_token_ids)
+        if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
+            raise ValueError(f"SamplingParams.stop_token_ids={self.stop_token_ids!r} must be non-negative ints")
+        if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
+            raise ValueError(f"SamplingParams.logprobs={self.logprobs!r} must be None or an int in [0, 20]")
 
     @property
     def greedy(self) -> bool:
