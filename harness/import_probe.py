@@ -103,10 +103,12 @@ def probe_import(engine_dir: str | Path, checkpoint_dir: str | Path | None = Non
             sys.addaudithook(_hook)
             _state["installed"] = True
         _state["probe"] = probe
+        writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the engine folder stays as it was
         try:
             import_engine(engine_dir)
         except (ImportError, AttributeError, FileNotFoundError, SyntaxError, ValueError, RuntimeError, TypeError, NameError, OSError) as err:
             probe.findings.append(Finding("engine/__init__.py", None, "import-error", f"importing the engine failed: {type(err).__name__}: {err}"))
         finally:
             _state["probe"] = None
+            sys.dont_write_bytecode = writes_bytecode
     return probe.findings

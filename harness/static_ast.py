@@ -1,20 +1,26 @@
 """AST rules of the static stage: what engine source may not do, each finding with file and line.
 
-KernelBench-style anti-cheat (DESIGN.md, "Style"): an engine must compute its logits itself,
-from the checkpoint, with no help from the reference, the judge, the network or a file
-prepared earlier. The rules, all checked on the syntax tree (nothing is executed here):
+KernelBench-style anti-cheat (DESIGN.md, "Style"): an engine computes its logits itself, from
+the checkpoint, with no help from the reference, the judge, the network or a file prepared
+earlier. Nothing is executed here. The rules (name tables and the threads decision in
+``harness.static_rules``):
 
-- ``forbidden-import``: ``transformers``, ``harness``, ``metainfer`` other than
-  ``metainfer.checkpoint`` / ``metainfer.formats``, process and network modules, pickle and
-  its kin, ``ctypes``; also ``__import__`` / ``importlib.import_module`` of such names.
-- ``forbidden-call``: ``torch.load``, ``numpy.load``/``fromfile``, ``os.system``/``popen``/
-  ``exec*``/``spawn*``, ``eval``/``exec``/``compile`` and ``__import__`` of computed strings,
-  caller introspection (``sys._getframe``, ``inspect.stack``/``currentframe``, ``gc.get_objects``/
-  ``get_referrers``, frame attributes, ``sys.modules``) that could read the judge's reference tensors.
-- ``file-write``: writing, moving or deleting files anywhere (the engine writes nothing).
+- ``forbidden-import``: the reference model and the judge, process, network and pickle modules,
+  loaders of non-source code (``importlib.machinery``/``util``, ``zipimport``, ``runpy``, ...),
+  native code, threads; ``metainfer`` other than ``metainfer.checkpoint`` / ``metainfer.formats``;
+  also ``__import__`` / ``importlib.import_module`` of such names or of a computed name.
+- ``forbidden-call``: a refused callable referenced at all (called, aliased or passed):
+  ``torch.load``, ``os._exit``/``sys.exit``, ``eval``/``exec``/``compile``, frame and heap
+  walking (``sys._getframe``, ``inspect.stack``, ``gc.get_referrers``, ``f_back``, ``__globals__``),
+  ``sys.argv``, ``sys.modules``/``sys.path``, a module's namespace (``vars(os)``, ``sys.__dict__``),
+  ``getattr`` of such modules by a computed name, ``raise SystemExit``, words naming ``/proc``.
+- ``file-write``: the capability to write a file: ``open``/``Path.open`` with a writing or
+  computed mode, the builtin ``open`` passed around, pathlib's writing methods, ``os``/``shutil``
+  writers. A method or local variable that merely has such a name (``cache.write``, a parameter
+  ``open``) is not the capability and passes.
 - ``path-escape``: an absolute path literal, a ``..`` component, or ``__file__`` climbed past the
   engine folder (``parents[i]`` / ``.parent`` chains / ``os.path.dirname`` nesting).
-- ``monkeypatch``: assigning an attribute of an imported module (``torch.allclose = ...``).
+- ``monkeypatch``: assigning an attribute of an imported module, or ``setattr`` on torch/numpy/builtins/...
 """
 
 from __future__ import annotations
@@ -22,39 +28,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-FORBIDDEN_ROOTS = {
-    "transformers", "harness", "subprocess", "socket", "ssl", "requests", "urllib", "urllib3", "http",
-    "httpx", "aiohttp", "ftplib", "smtplib", "telnetlib", "xmlrpc", "websocket", "websockets", "grpc",
-    "pickle", "cPickle", "dill", "cloudpickle", "shelve", "marshal", "joblib", "ctypes", "multiprocessing",
-    "pty", "huggingface_hub", "vllm", "sglang",
-    # a thread can slow the other engine of an A/B down (it shares the process); atexit/signal
-    # run code after the judge's last check
-    "threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal",
-}
-ALLOWED_METAINFER = ("metainfer.checkpoint", "metainfer.formats")
-FORBIDDEN_CALLS = {
-    "torch.load", "numpy.load", "numpy.fromfile", "numpy.memmap", "torch.hub.load", "torch.save", "numpy.save",
-    "os.system", "os.popen", "os.fork", "os.kill", "os.startfile",
-    "sys._getframe", "inspect.stack", "inspect.currentframe", "inspect.getouterframes", "gc.get_objects",
-    "gc.get_referrers", "builtins.open",
-    # open paths the bare-open rule does not see, and an exit that skips the judge's verdict
-    "io.open", "io.FileIO", "os.open", "os.fdopen", "os._exit", "os.abort", "os.write", "os.pwrite",
-}
-#: global module hooks would see the reference model's inputs and outputs during parity
-FORBIDDEN_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn", "shutil.", "torch.nn.modules.module.register_module_",
-                      "torch.nn.modules.module._global_")
-WRITE_CALLS = {"os.remove", "os.unlink", "os.rename", "os.replace", "os.makedirs", "os.mkdir", "os.rmdir",
-               "os.chmod", "os.symlink", "os.link", "os.truncate"}
-WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "rename", "symlink_to",
-                 "hardlink_to", "chmod", "tofile", "write", "writelines"}
-#: attributes the engine may not read: the judge's command line (its output path, its seed)
-FORBIDDEN_ATTRS = {"sys.argv", "sys.orig_argv", "sys.modules", "builtins.__dict__"}
-#: setattr on objects under these roots patches what the judge computes with
-PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
-DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__"}
-#: Modules whose attributes, looked up by a computed name, would reach any import, file or process.
-DYNAMIC_TARGETS = {"importlib", "builtins", "__builtins__", "sys", "os", "io", "pathlib"}
-INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "gi_frame", "tb_frame"}
+from harness.static_rules import (
+    ALLOWED_METAINFER, DYNAMIC_TARGETS, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
+    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, PATCH_ROOTS, PROC_WORDS, WRITE_METHODS,
+)
+from harness.static_scopes import ScopeTracker
+
+#: Calls whose first argument is module source or a module name.
+_DYNAMIC_IMPORTS = {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
+_OPENERS = {"open", "builtins.open"}
 
 
 @dataclass(frozen=True)
@@ -78,46 +60,54 @@ def forbidden_module(name: str) -> str | None:
             return None
         return f"imports {name}: an engine may use only {' and '.join(ALLOWED_METAINFER)} of metainfer"
     if root in FORBIDDEN_ROOTS:
-        return f"imports {name}: {root} is off limits to an engine (reference model, judge, processes, network or pickle)"
+        return f"imports {name}: {root} is off limits to an engine ({FORBIDDEN_ROOTS[root]})"
+    for mod, why in FORBIDDEN_MODULES.items():
+        if name == mod or name.startswith(mod + "."):
+            return f"imports {name}: {why}"
     return None
 
 
-class _Visitor(ast.NodeVisitor):
+def _forbidden_callable(name: str) -> str | None:
+    if name in FORBIDDEN_CALLS:
+        return FORBIDDEN_CALLS[name]
+    return next((why for pre, why in FORBIDDEN_PREFIXES.items() if name.startswith(pre)), None)
+
+
+def _writes(mode: ast.AST | None) -> bool:
+    """True when an ``open`` mode argument may write (a literal with w/a/x/+, or anything computed)."""
+    if mode is None:
+        return False
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+        return any(c in mode.value for c in "wax+")
+    return True
+
+
+class _Visitor(ScopeTracker):
     def __init__(self, rel: str, depth: int) -> None:
+        super().__init__()
         self.rel, self.depth = rel, depth  # depth: parent hops from the file to the engine folder
-        self.aliases: dict[str, str] = {}  # local name -> dotted module or object it stands for
         self.findings: list[Finding] = []
         self.docstrings: set[int] = set()
+        self.called: set[int] = set()  # ids of nodes that are the func of a Call
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
-        self.findings.append(Finding(self.rel, getattr(node, "lineno", None), rule, msg))
-
-    def dotted(self, node: ast.AST) -> str | None:
-        """``np.load`` -> ``numpy.load`` through the import aliases; None when not a plain dotted name."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return None
-        parts.append(self.aliases.get(node.id, node.id))
-        return ".".join(reversed(parts))
+        f = Finding(self.rel, getattr(node, "lineno", None), rule, msg)
+        if f not in self.findings:
+            self.findings.append(f)
 
     def visit_Module(self, node: ast.Module) -> None:
-        self._mark_docstrings(node)
-        self.generic_visit(node)
-
-    def _mark_docstrings(self, node: ast.AST) -> None:
         for n in ast.walk(node):
             body = getattr(n, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 self.docstrings.add(id(body[0].value))
+        super().visit_Module(node)
 
+    # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
-            self.aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
             if (why := forbidden_module(a.name)) is not None:
                 self.add(node, "forbidden-import", why)
+        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level == 0 and node.module:
@@ -125,43 +115,104 @@ class _Visitor(ast.NodeVisitor):
                 self.add(node, "forbidden-import", why)
             for a in node.names:
                 full = f"{node.module}.{a.name}"
-                self.aliases[a.asname or a.name] = full
-                if (why := forbidden_module(full)) is not None and forbidden_module(node.module) is None:
+                if forbidden_module(node.module) is None and (why := forbidden_module(full)) is not None:
                     self.add(node, "forbidden-import", why)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        name = self.dotted(node.func)
-        if name is not None:
-            self._check_call(node, name)
-        if isinstance(node.func, ast.Attribute) and node.func.attr in WRITE_METHODS:
-            self.add(node, "file-write", f"calls .{node.func.attr}(): an engine writes, moves or deletes no files")
+                elif (why := _forbidden_callable(full) or FORBIDDEN_ATTRS.get(full)) is not None:
+                    self.add(node, "forbidden-call", f"imports {full}: {why}")
         self.generic_visit(node)
 
+    # references ------------------------------------------------------------------------------
+    def _reference(self, node: ast.AST, name: str) -> None:
+        """Rules on a dotted name referenced anywhere (called or not)."""
+        if (why := _forbidden_callable(name)) is not None:
+            rule = "file-write" if "writes no files" in why else "forbidden-call"
+            self.add(node, rule, f"uses {name}: {why}")
+        elif name in FORBIDDEN_ATTRS:
+            self.add(node, "forbidden-call", f"reads {name}: {FORBIDDEN_ATTRS[name]}")
+        elif name in _OPENERS and id(node) not in self.called:
+            self.add(node, "file-write", "passes the builtin open around (its mode is out of sight): call open(path) to read")
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_NAMES and not self.bound(node.id):
+            self.add(node, "forbidden-call", f"uses {node.id}: it reaches builtins or the module loader")
+        elif isinstance(node.ctx, ast.Load) and not self.bound(node.id):
+            self._reference(node, self.resolve(node.id))
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = self.dotted(node)
+        if name is not None:
+            self._reference(node, name)
+        if node.attr in INTROSPECTION_ATTRS:
+            self.add(node, "forbidden-call", f"reads .{node.attr}: frames, code objects and globals could reach the judge's data")
+        if node.attr == "__dict__" and (base := self.dotted(node.value)) and base.split(".")[0] in DYNAMIC_TARGETS:
+            self.add(node, "forbidden-call", f"reads {base}.__dict__: module namespaces hide what is called")
+        if node.attr == "parent" and self._climb(node) > self.depth:
+            self.add(node, "path-escape", "climbs out of the engine folder with .parent from __file__")
+        self.generic_visit(node)
+
+    # calls -----------------------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        self.called.add(id(node.func))
+        name = self.dotted(node.func)
+        if name is not None and not (isinstance(node.func, ast.Name) and self.bound(node.func.id)):
+            self._check_call(node, name)
+        if isinstance(node.func, ast.Attribute):
+            self._check_method(node, node.func.attr)
+        self.generic_visit(node)
+
+    def _check_method(self, node: ast.Call, attr: str) -> None:
+        if attr in WRITE_METHODS:
+            self.add(node, "file-write", f"calls .{attr}(): an engine writes, moves or deletes no files")
+        elif attr == "open":  # Path.open(mode) / ZipFile.open(name, mode)
+            mode = next((a for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                         and set(a.value) <= set("rwabxt+") and a.value), None)
+            kw = next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if _writes(kw) or _writes(mode) or any(k.arg is None for k in node.keywords):
+                self.add(node, "file-write", "calls .open() with a writing or computed mode: an engine writes no files")
+
     def _check_call(self, node: ast.Call, name: str) -> None:
-        literal = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
-        if name == "importlib.import_module" and self._relative(node):
-            return  # relative to the engine package (a top-level package: it cannot climb out)
-        if name in DYNAMIC_BUILTINS or name in ("importlib.import_module", "importlib.__import__"):
+        first = node.args[0] if node.args else None
+        literal = first.value if isinstance(first, ast.Constant) else None
+        if name in _DYNAMIC_IMPORTS:
+            if name == "importlib.import_module" and self._relative(node):
+                return  # relative to the engine package (a top-level package: it cannot climb out)
             if not isinstance(literal, str):
-                self.add(node, "forbidden-call", f"{name}() of a computed string hides what runs; write the code or import out")
-            elif name != "compile" and (why := forbidden_module(literal)) is not None:
+                self.add(node, "forbidden-call", f"{name}() of a computed name hides what is imported; import it by name")
+            elif (why := forbidden_module(literal)) is not None:
                 self.add(node, "forbidden-import", why)
-        elif name in FORBIDDEN_CALLS or name.startswith(FORBIDDEN_PREFIXES):
-            self.add(node, "forbidden-call", f"calls {name}: engines load weights only through metainfer.checkpoint and may not run processes or inspect their caller")
-        elif name in WRITE_CALLS:
-            self.add(node, "file-write", f"calls {name}: an engine writes no files")
-        elif name == "open" and self._open_writes(node):
-            self.add(node, "file-write", "opens a file for writing: an engine writes no files")
-        if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and node.args:
-            target = self.dotted(node.args[0])
+        elif name in _OPENERS:
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            if _writes(mode) or starred:
+                self.add(node, "file-write", "opens a file with a writing or computed mode: an engine writes no files")
+        elif name in ("vars", "builtins.vars", "globals", "locals") and first is not None:
+            target = self.dotted(first)
+            if target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
+                self.add(node, "forbidden-call", f"{name}({target}) reads a module's namespace: name the function")
+        if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and first is not None:
+            target = self.dotted(first)
             if target is not None and target.split(".")[0] in PATCH_ROOTS:
                 self.add(node, "monkeypatch", f"{name}({target}, ...) patches a module or class the judge also uses")
-        if name in ("getattr", "builtins.getattr") and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
-            target = self.dotted(node.args[0])
-            if target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
-                self.add(node, "forbidden-call", f"getattr({target}, <computed name>) hides what is called; name the function")
-        if name in ("os.path.dirname",) and self._climb(node) > self.depth:
+        if name in ("getattr", "builtins.getattr", "setattr", "builtins.setattr", "hasattr") and len(node.args) >= 2:
+            self._check_getattr(node, name)
+        if name == "os.path.dirname" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with nested os.path.dirname(__file__)")
+
+    def _check_getattr(self, node: ast.Call, name: str) -> None:
+        target, key = self.dotted(node.args[0]), node.args[1]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            if key.value in INTROSPECTION_ATTRS:
+                self.add(node, "forbidden-call", f"{name}(..., {key.value!r}) reaches frames, code or globals")
+            elif target is not None:
+                self._reference(node, f"{target}.{key.value}")
+        elif target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
+            self.add(node, "forbidden-call", f"{name}({target}, <computed name>) hides what is called; name the function")
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if isinstance(exc, ast.Name) and exc.id in ("SystemExit", "KeyboardInterrupt", "BaseException") and not self.bound(exc.id):
+            self.add(node, "forbidden-call", f"raises {exc.id}: an engine never ends the process; raise an Exception subclass")
+        self.generic_visit(node)
 
     @staticmethod
     def _relative(node: ast.Call) -> bool:
@@ -171,15 +222,7 @@ class _Visitor(ast.NodeVisitor):
             arg = arg.values[0]
         return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith(".")
 
-    @staticmethod
-    def _open_writes(node: ast.Call) -> bool:
-        mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
-        if mode is None:
-            return False
-        if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
-            return any(c in mode.value for c in "wax+")
-        return True  # a computed mode may write
-
+    # paths -----------------------------------------------------------------------------------
     def _climb(self, node: ast.AST) -> int:
         """Parent hops from ``__file__`` in a ``.parent`` / ``parents[i]`` / ``dirname`` chain, 0 when no ``__file__``."""
         hops = 0
@@ -198,15 +241,6 @@ class _Visitor(ast.NodeVisitor):
             else:
                 return hops if isinstance(node, ast.Name) and node.id == "__file__" else 0
 
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        if self.dotted(node) in FORBIDDEN_ATTRS:
-            self.add(node, "forbidden-call", f"reads {self.dotted(node)}: the judge's command line and loaded modules are off limits")
-        if node.attr in INTROSPECTION_ATTRS:
-            self.add(node, "forbidden-call", f"reads .{node.attr}: frame introspection could reach the judge's tensors")
-        if node.attr == "parent" and self._climb(node) > self.depth:
-            self.add(node, "path-escape", "climbs out of the engine folder with .parent from __file__")
-        self.generic_visit(node)
-
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if isinstance(node.value, ast.Attribute) and node.value.attr == "parents" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with parents[...] of __file__")
@@ -214,16 +248,22 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Constant(self, node: ast.Constant) -> None:
         v = node.value
-        if isinstance(v, str) and id(node) not in self.docstrings and "\n" not in v and " " not in v:
-            if (v.startswith("/") and v.count("/") >= 2 and len(v) > 3) or v.startswith("~/") or v == ".." or "../" in v or v.endswith("/.."):
-                self.add(node, "path-escape", f"path literal {v!r} points outside the engine folder; the engine reads only its own files and the checkpoint it is given")
+        if not isinstance(v, str) or id(node) in self.docstrings:
+            return
+        if v in INTROSPECTION_ATTRS:
+            self.add(node, "forbidden-call", f"names {v!r}: frames, code objects and globals are off limits")
+        elif v in PROC_WORDS or v.startswith("/proc/"):
+            self.add(node, "forbidden-call", f"names {v!r}: the judge's process state (/proc, its command line) is off limits")
+        elif "\n" not in v and " " not in v and ((v.startswith("/") and v.count("/") >= 2 and len(v) > 3) or v.startswith("~/")
+                                                   or v == ".." or "../" in v or v.endswith("/..")):
+            self.add(node, "path-escape", f"path literal {v!r} points outside the engine folder; the engine reads only its own files and the checkpoint it is given")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             root = t
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
-            if isinstance(t, ast.Attribute) and isinstance(root, ast.Name) and root.id in self.aliases:
+            if isinstance(t, ast.Attribute) and isinstance(root, ast.Name) and self.is_module_alias(root.id):
                 self.add(node, "monkeypatch", f"assigns {self.dotted(t) or ast.unparse(t)}: an engine may not patch imported modules the judge also uses")
         self.generic_visit(node)
 

@@ -4,8 +4,10 @@ Runs before anything is timed or compared (KernelBench order: compile -> correct
 Every finding names the file and line (``harness.static_ast.Finding``). The checks:
 
 1. layout: ``engine/__init__.py`` exists and defines or imports ``load`` and ``SamplingParams``;
-2. every ``.py`` compiles, and obeys the AST rules of ``harness.static_ast`` (forbidden imports
-   and calls, file writes, paths out of the folder, monkeypatching);
+2. everything Python could load is UTF-8 ``.py`` source inside ``engine/`` (``harness.static_files``:
+   no bytecode, extension modules, ``.pth`` files, coding cookies, links); every ``.py`` compiles and
+   obeys the AST rules of ``harness.static_ast`` (forbidden imports and calls, file writes, paths out
+   of the folder, monkeypatching);
 3. size: only source-like files (``ALLOWED_SUFFIXES``), each at most ``max_file_bytes``, all
    together at most ``max_total_bytes`` and ``max_files`` (no cached tensors or binaries);
 4. ``engine/tunables.json`` parses as ``{"values", "space"}`` with every value in its space;
@@ -22,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.static_ast import Finding, check_source
+from harness.static_files import check_files
 
 ALLOWED_SUFFIXES = {".py", ".json", ".md", ".txt", ".cu", ".cuh", ".cpp", ".h", ".c", ".toml", ".cfg", ".yaml", ".yml"}
-_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git"}
+_SKIP_DIRS = {".git"}
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,9 @@ class StaticResult:
         return head + more
 
 
-def _files(engine_dir: Path) -> list[Path]:
-    return sorted(p for p in engine_dir.rglob("*") if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(engine_dir).parts)
-                  and p.suffix != ".pyc")
+def _entries(engine_dir: Path) -> list[Path]:
+    """Every file, folder and link under ``engine_dir`` (links not followed), ``.git`` excepted, sorted."""
+    return sorted(p for p in engine_dir.rglob("*") if not _SKIP_DIRS.intersection(p.relative_to(engine_dir).parts))
 
 
 def _check_layout(engine_dir: Path) -> list[Finding]:
@@ -128,24 +131,24 @@ def run_static(engine_dir: str | Path, checkpoint_dir: str | Path | None = None,
     engine_dir = Path(engine_dir).resolve()
     if not engine_dir.is_dir():
         raise FileNotFoundError(f"engine folder {engine_dir} does not exist; pass --engine generated/<target>")
-    files = _files(engine_dir)
+    entries = _entries(engine_dir)
+    files = [p for p in entries if p.is_file() and not p.is_symlink()]
     res = StaticResult(ok=False, files=len(files))
     res.findings += _check_layout(engine_dir)
+    res.findings += check_files(engine_dir, entries)
+    flagged = {f.file for f in res.findings}
     for p in files:
         rel = p.relative_to(engine_dir).as_posix()
         size = p.stat().st_size
         res.total_bytes += size
+        if rel in flagged:
+            continue  # bytecode, native code, a bad encoding: said once already
         if p.suffix not in ALLOWED_SUFFIXES:
             res.findings.append(Finding(rel, None, "size", f"file type {p.suffix or '(none)'} not allowed in an engine (source only: {', '.join(sorted(ALLOWED_SUFFIXES))})"))
         elif size > limits.max_file_bytes:
             res.findings.append(Finding(rel, None, "size", f"{size} bytes > limit {limits.max_file_bytes}: engine files are source, not data"))
         if p.suffix == ".py":
-            try:
-                source = p.read_text()
-            except UnicodeDecodeError:
-                res.findings.append(Finding(rel, None, "syntax", "not UTF-8 text"))
-                continue
-            res.findings += check_source(source, rel, depth=len(Path(rel).parts))
+            res.findings += check_source(p.read_bytes().decode("utf-8-sig"), rel, depth=len(Path(rel).parts))
     if res.total_bytes > limits.max_total_bytes or len(files) > limits.max_files:
         res.findings.append(Finding(".", None, "size", f"{len(files)} files, {res.total_bytes} bytes > limits {limits.max_files} files, {limits.max_total_bytes} bytes"))
     res.findings += _check_tunables(engine_dir)

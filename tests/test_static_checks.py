@@ -64,7 +64,7 @@ BAD = [
     ("import os\nos.system('ls')", "forbidden-call", "os.system"),
     ("import sys\nF = sys._getframe(1)", "forbidden-call", "sys._getframe"),
     ("import sys\nR = sys.modules['harness.reference']", "forbidden-call", "sys.modules"),
-    ("import importlib\nM = importlib.import_module('trans' + 'formers')", "forbidden-call", "computed string"),
+    ("import importlib\nM = importlib.import_module('trans' + 'formers')", "forbidden-call", "computed name"),
     ("M = __import__('transformers')", "forbidden-import", "transformers"),
     ("f = open('x.txt', 'w')", "file-write", "writing"),
     ("import io\nio.open('x.txt')", "forbidden-call", "io.open"),
@@ -77,6 +77,42 @@ BAD = [
     ("P = '/tmp/cache/logits.pt'", "path-escape", "/tmp/cache/logits.pt"),
     ("import torch\ntorch.allclose = lambda *a, **k: True", "monkeypatch", "torch.allclose"),
     ("def f(:\n  pass", "syntax", "does not compile"),
+    # file writes: the capability, however it is reached
+    ("P = Path('x.txt').open('w')", "file-write", ".open()"),
+    ("kw = {'mode': 'w'}\nf = open('x.txt', **kw)", "file-write", "computed mode"),
+    ("import functools\nW = functools.partial(open, mode='w')", "file-write", "passes the builtin open"),
+    ("import os as o\nd = o.open('x', 1)", "forbidden-call", "os.open"),
+    ("import builtins\nf = builtins.open('x')", "forbidden-call", "builtins.open"),
+    # ending the process
+    ("from os import _exit as bye\ndef f():\n    bye(0)", "forbidden-call", "os._exit"),
+    ("import os\no = os\ndef f():\n    o._exit(0)", "forbidden-call", "os._exit"),
+    ("import sys\ndef f():\n    sys.exit(0)", "forbidden-call", "never ends the process"),
+    ("def f():\n    raise SystemExit(0)", "forbidden-call", "SystemExit"),
+    ("def f():\n    exit()", "forbidden-call", "never ends the process"),
+    # namespaces, frames, code objects
+    ("import sys\nA = vars(sys)['ar' + 'gv']", "forbidden-call", "namespace"),
+    ("import sys\nA = sys.__dict__['argv']", "forbidden-call", "sys.__dict__"),
+    ("B = __builtins__", "forbidden-call", "__builtins__"),
+    ("def f():\n    return f.__globals__", "forbidden-call", "__globals__"),
+    ("def f(g):\n    return getattr(g, '__globals__')", "forbidden-call", "__globals__"),
+    ("C = object.__subclasses__()", "forbidden-call", "__subclasses__"),
+    ("import traceback\nS = traceback.walk_stack(None)", "forbidden-call", "traceback.walk_stack"),
+    ("import sys\nsys.path.insert(0, 'x')", "forbidden-call", "sys.path"),
+    ("import os\nP = os.path.join(os.sep, 'proc', str(os.getpid()), 'cmdline')", "forbidden-call", "'proc'"),
+    ("import os\nQ = os.getppid()", "forbidden-call", "os.getppid"),
+    # code that is not the engine's .py source
+    ("import importlib.machinery as m\nL = m.SourceFileLoader('x', 'engine/x.txt')", "forbidden-import", "loaders"),
+    ("from importlib.util import spec_from_file_location", "forbidden-import", "loaders"),
+    ("import zipimport", "forbidden-import", "zipimport"),
+    ("import runpy", "forbidden-import", "runpy"),
+    ("def f(p):\n    exec(open(p).read())", "forbidden-call", "exec"),
+    ("def f(p):\n    return compile(open(p).read(), p, 'exec')", "forbidden-call", "compile"),
+    ("X = eval('1 + 1')", "forbidden-call", "eval"),
+    ("from torch.utils.cpp_extension import load_inline", "forbidden-import", "native extension"),
+    ("import torch\ntorch.ops.load_library('x.so')", "forbidden-call", "load_library"),
+    ("import tempfile", "forbidden-import", "tempfile"),
+    ("import timeit", "forbidden-import", "timeit"),
+    ("import posix", "forbidden-import", "posix"),
 ]
 
 
@@ -101,10 +137,28 @@ ALLOWED = [
     "P = Path(__file__).parent.parent / 'engine' / 'tunables.json'",
     "S = 'a/b'.replace('/', '.')",
     "import torch\nclass C:\n    def f(self):\n        self.x = torch.zeros(2)",
+    # honest look-alikes of the rules above: names, not capabilities
+    "class KV:\n    def write(self, slot, k):\n        self.k = k\n    def flush(self):\n        self.write(0, 1)",
+    "def f(cache, rows):\n    cache.write(rows)\n    cache.writelines(rows)",
+    "def f(open):\n    return open('x', 'w')",
+    "def open(path, mode='w'):\n    return (path, mode)\nX = open('a', 'w')",
+    "def f(p):\n    with open(p) as fh:\n        return fh.read()",
+    "def f(p):\n    with open(p, 'rb') as fh:\n        return fh.read()",
+    "def f(p):\n    return Path(p).open().read() + Path(p).read_text()",
+    "def f(store):\n    return store.open('r')",
+    "def f():\n    exit = 3\n    return exit",
+    "def f():\n    raise ValueError('max_seq_len too small: raise it')",
+    "class Tunables:\n    def __init__(self):\n        self.d = vars(self)",
+    "import re\nimport torch\nR = re.compile('a+')\nF = torch.compile",
+    "import traceback\ndef f():\n    return traceback.format_exc()",
+    "import time\nimport torch\ndef tune(fns):\n    best = None\n    for fn in fns:\n        t0 = time.perf_counter()\n        fn()\n        dt = time.perf_counter() - t0\n        best = min(best or (dt, fn), (dt, fn), key=lambda x: x[0])\n    return best[1]",
+    "import os\nV = os.environ.get('TRITON_INTERPRET', '0')",
+    "import importlib\nHAS = importlib.import_module('triton') is not None",
+    "P = 'processed'\nQ = {'proc_count': 1}",
 ]
 
 
-@pytest.mark.parametrize("code", ALLOWED)
+@pytest.mark.parametrize("code", ALLOWED, ids=[f"allowed{i}" for i in range(len(ALLOWED))])
 def test_legitimate_code_passes(code):
     assert check_source(MINIMAL_INIT + "\n" + code + "\n", "engine/__init__.py", 2) == []
 
@@ -190,3 +244,68 @@ def test_harness_digest_tracks_content_not_caches(tmp_path):
     gate = copy / "gate.py"
     gate.write_text(gate.read_text() + "\n# tampered\n")
     assert harness_digest(copy) != d0
+
+
+def _pyc_of(source: str) -> bytes:
+    import importlib.util
+    import marshal
+
+    return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile(source, "x.py", "exec"))
+
+
+PLANTED = [  # (relative path, bytes, rule): what Python could load that is not UTF-8 .py source
+    ("engine/__pycache__/__init__.cpython-311.pyc", _pyc_of("X = 1"), "bytecode"),
+    ("engine/helpers.pyc", _pyc_of("X = 1"), "bytecode"),
+    ("engine/notes.txt", _pyc_of("X = 1"), "bytecode"),  # bytecode under another name
+    ("engine/fast.cpython-311-x86_64-linux-gnu.so", b"\x7fELF\x02\x01\x01" + bytes(64), "extension-module"),
+    ("engine/fast.pyd", b"MZ" + bytes(64), "extension-module"),
+    ("engine/blob.md", b"\x7fELF\x02\x01\x01" + bytes(64), "extension-module"),
+    ("engine/evil.pth", b"import os\n", "pth"),
+    ("engine/u7.py", b"# coding: utf-7\nX = 1 #+AAo-import os\n", "encoding"),
+    ("engine/l1.py", b"#!/usr/bin/env python\n# -*- coding: latin-1 -*-\nX = '\xe9'\n", "encoding"),
+    ("engine/bad.py", b"X = '\xff\xfe'\n", "encoding"),
+    ("torch.py", b"X = 1\n", "layout"),  # would shadow torch for a process started in the engine folder
+]
+
+
+@pytest.mark.parametrize("rel, data, rule", PLANTED, ids=[p[0].rsplit("/", 1)[-1] for p in PLANTED])
+def test_only_utf8_py_source_can_be_loaded(tmp_path, rel, data, rule):
+    engine = make_engine(tmp_path)
+    (engine / rel).parent.mkdir(parents=True, exist_ok=True)
+    (engine / rel).write_bytes(data)
+    res = run_static(engine, import_check=False)
+    assert not res.ok and any(f.rule == rule and f.file.startswith(rel.split("/__pycache__")[0]) for f in res.findings), res.error
+
+
+HONEST_FILES = [  # look-alikes that are plain source or data and must pass
+    ("engine/u8.py", b"# -*- coding: utf-8 -*-\nX = '\xc3\xa9'\n"),
+    ("engine/u8b.py", b"#!/usr/bin/env python\n# vim: set fileencoding=UTF-8 :\nX = 1\n"),
+    ("engine/bom.py", b"\xef\xbb\xbfX = 1\n"),
+    ("engine/late.py", b"X = 1\nY = 2\n# coding: latin-1 (line 3: Python ignores it)\n"),
+    ("engine/kernels/NOTES.txt", b"tile sizes: 64 x 64\n"),
+    ("ENGINE.md", "# the engine \u2014 notes\n".encode()),
+]
+
+
+@pytest.mark.parametrize("rel, data", HONEST_FILES, ids=[p[0].rsplit("/", 1)[-1] for p in HONEST_FILES])
+def test_honest_source_and_data_files_pass(tmp_path, rel, data):
+    engine = make_engine(tmp_path)
+    (engine / rel).parent.mkdir(parents=True, exist_ok=True)
+    (engine / rel).write_bytes(data)
+    res = run_static(engine, import_check=False)
+    assert res.ok, res.error
+
+
+def test_links_are_refused(tmp_path):
+    engine = make_engine(tmp_path / "e")
+    (tmp_path / "outside.py").write_text("X = 1\n")
+    (engine / "engine" / "inside.py").symlink_to(tmp_path / "outside.py")
+    res = run_static(engine, import_check=False)
+    assert not res.ok and any(f.rule == "symlink" and f.file == "engine/inside.py" for f in res.findings), res.error
+
+
+def test_audited_import_writes_no_bytecode(tmp_path):
+    engine = make_engine(tmp_path, "\nfrom . import helper\n")
+    (engine / "engine" / "helper.py").write_text("X = 1\n")
+    assert run_static(engine).ok
+    assert not list(engine.rglob("__pycache__")) and run_static(engine).ok  # a second gate sees the same folder

@@ -1,0 +1,100 @@
+"""The name tables of the static stage's AST rules (``harness.static_ast``): what an engine may not reach.
+
+Each table refuses a capability, not a spelling: the visitor resolves import aliases
+(``import os as o; o._exit`` is ``os._exit``) and checks references as well as calls, so
+passing ``os._exit`` around or aliasing it is refused like calling it. Names an honest
+engine uses for its own things (a method ``write``, a local ``open``) are not in here.
+
+The engine runs in its own worker process (docs/CONTRACTS.md, "The gate"), so these rules are
+a thin first line; they keep out what a worker should never do at all.
+
+Threads stay refused (decision for issue 10): the candidate's and the baseline's workers are
+alive at the same time and share the cores and the GPU, so a thread (or an asyncio loop) left
+running between calls keeps working while the other engine is timed. An autotuner times its
+configurations one after another on the calling thread (``time.perf_counter`` plus a device
+synchronise) and needs none.
+"""
+
+from __future__ import annotations
+
+#: Module roots an engine may not import: the reference model and the judge, processes, network, pickle,
+#: loaders of non-source code, native code, threads and after-exit hooks.
+FORBIDDEN_ROOTS: dict[str, str] = {
+    **dict.fromkeys(("transformers", "harness", "vllm", "sglang", "huggingface_hub"), "the reference model or the judge"),
+    **dict.fromkeys(("subprocess", "multiprocessing", "pty", "_posixsubprocess", "posix", "nt", "_winapi"),
+                    "starts processes or reaches os functions past their rules"),
+    **dict.fromkeys(("socket", "ssl", "requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "ftplib", "smtplib",
+                     "telnetlib", "xmlrpc", "websocket", "websockets", "grpc"), "network"),
+    **dict.fromkeys(("pickle", "_pickle", "cPickle", "dill", "cloudpickle", "shelve", "marshal", "joblib"),
+                    "unpickling runs stored code"),
+    **dict.fromkeys(("ctypes", "_ctypes", "cffi"), "native code outside the source rules"),
+    **dict.fromkeys(("zipimport", "runpy", "imp", "pkgutil", "code", "codeop", "py_compile", "compileall", "site",
+                     "timeit", "_io", "_imp", "tempfile"),
+                    "loads, compiles or runs code that is not the engine's .py source, or writes files"),
+    **dict.fromkeys(("threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal"),
+                    "threads and hooks keep running while the other engine is timed (see harness/static_rules.py)"),
+}
+#: Submodules refused although their root is allowed (importlib.import_module of the engine's own modules is fine).
+FORBIDDEN_MODULES: dict[str, str] = {
+    **dict.fromkeys(("importlib.machinery", "importlib.util", "importlib.abc", "importlib._bootstrap",
+                     "importlib._bootstrap_external"), "module loaders run files that are not the engine's .py source"),
+    "torch.utils.cpp_extension": "builds and loads native extension modules",
+}
+ALLOWED_METAINFER = ("metainfer.checkpoint", "metainfer.formats")
+
+#: Dotted callables refused wherever they are referenced (called, aliased or passed), with the reason.
+FORBIDDEN_CALLS: dict[str, str] = {
+    **dict.fromkeys(("torch.load", "numpy.load", "numpy.fromfile", "numpy.memmap", "torch.hub.load"),
+                    "weights come only through metainfer.checkpoint"),
+    **dict.fromkeys(("io.open", "io.FileIO", "os.open", "os.fdopen", "builtins.open", "codecs.open", "os.openpty"),
+                    "opens files past the mode check; read with open(path) (mode 'r' or 'rb')"),
+    **dict.fromkeys(("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.tofile",
+                     "os.write", "os.pwrite", "os.writev",
+                     "os.remove", "os.unlink", "os.rename", "os.renames", "os.replace", "os.makedirs", "os.mkdir",
+                     "os.rmdir", "os.removedirs", "os.chmod", "os.chown", "os.symlink", "os.link", "os.truncate",
+                     "os.utime", "os.mkfifo", "os.mknod", "pathlib.Path.write_text", "pathlib.Path.write_bytes"),
+                    "an engine writes no files"),
+    **dict.fromkeys(("os.system", "os.popen", "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.startfile",
+                     "os.getppid", "os.register_at_fork"), "processes are off limits"),
+    **dict.fromkeys(("os._exit", "os.abort", "sys.exit", "exit", "quit"),
+                    "an engine never ends the process (the judge decides and writes the verdict)"),
+    **dict.fromkeys(("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                     "inspect.stack", "inspect.currentframe", "inspect.getouterframes", "inspect.getinnerframes",
+                     "inspect.trace", "inspect.getframeinfo", "traceback.walk_stack", "traceback.walk_tb",
+                     "traceback.extract_stack", "traceback.StackSummary", "gc.get_objects", "gc.get_referrers",
+                     "gc.get_referents", "gc.callbacks", "gc.garbage"),
+                    "frame and heap walking reaches the caller's data"),
+    **dict.fromkeys(("eval", "exec", "compile", "builtins.eval", "builtins.exec", "builtins.compile"),
+                    "runs code that is not the engine's source; write the code out"),
+    **dict.fromkeys(("torch.ops.load_library", "torch.classes.load_library"), "loads a native extension module"),
+}
+#: Dotted prefixes refused like FORBIDDEN_CALLS.
+FORBIDDEN_PREFIXES: dict[str, str] = {
+    "os.exec": "processes are off limits", "os.spawn": "processes are off limits", "os.posix_spawn": "processes are off limits",
+    "shutil.": "an engine writes, moves or deletes no files",
+    # global module hooks would see the reference model's inputs and outputs
+    "torch.nn.modules.module.register_module_": "a process-wide module hook", "torch.nn.modules.module._global_": "a process-wide module hook",
+}
+#: Attributes the engine may not read: the judge's command line, the import system, the namespaces of modules.
+FORBIDDEN_ATTRS: dict[str, str] = {
+    **dict.fromkeys(("sys.argv", "sys.orig_argv"), "the judge's command line is off limits"),
+    **dict.fromkeys(("sys.modules", "sys.path", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache",
+                     "builtins.__dict__", "sys.__dict__", "os.__dict__", "io.__dict__", "importlib.__dict__"),
+                    "the import system and module namespaces are off limits"),
+    **dict.fromkeys(("sys.excepthook", "sys.unraisablehook", "sys.displayhook", "sys.breakpointhook"),
+                    "process-wide hooks are off limits"),
+}
+#: Attribute names refused on any object: frames, code objects, function globals, the class tree.
+INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame",
+                       "__traceback__", "__globals__", "__code__", "__subclasses__", "__builtins__", "__loader__"}
+#: Bare names refused (they reach builtins or the module's loader).
+FORBIDDEN_NAMES = {"__builtins__", "__loader__"}
+#: Path methods that change the file system (pathlib only; names with other common meanings are not here).
+WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "symlink_to", "hardlink_to", "chmod",
+                 "lchmod", "tofile", "link_to"}
+#: setattr on objects under these roots patches what the judge computes with
+PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
+#: Modules whose attributes, looked up by a computed name or through their namespace, reach any import, file or process.
+DYNAMIC_TARGETS = {"importlib", "builtins", "__builtins__", "sys", "os", "io", "pathlib", "posixpath", "shutil"}
+#: String literals that name the judge's process state (``os.path.join(os.sep, "proc", ppid, "cmdline")``).
+PROC_WORDS = {"proc", "/proc", "cmdline", "environ"}
