@@ -62,7 +62,8 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         st["status"], st["stop_reason"] = "stopped", f"agent budget exceeded: {err}"
         s.progress.line(None, f"stopping: {st['stop_reason']}")
     except KeyboardInterrupt:
-        st["status"], st["stop_reason"] = "interrupted", "interrupted; continue with --resume " + s.record.run_id
+        cmd = st.get("resume_command") or f"metainfer build --resume {s.record.run_id}"
+        st["status"], st["stop_reason"] = "interrupted", f"interrupted at iteration {st['next_iteration']}; continue with: {cmd}"
         raise
     except BaseException as err:
         st["status"], st["stop_reason"] = "crashed", f"{type(err).__name__}: {err}"
@@ -70,7 +71,10 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
     finally:
         st["ended"] = utc_now()
         s.save()
-        write_summary(s.record)
+        try:
+            write_summary(s.record)
+        except Exception as err:  # a report that cannot be written never hides how the run ended
+            s.progress.line(None, f"could not write the report: {type(err).__name__}: {err}")
         s.progress.line(None, f"{st['status']}: {st['stop_reason']}; record {s.record.path}")
     return s.record
 

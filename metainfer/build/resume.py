@@ -23,6 +23,17 @@ from metainfer.build.session import Session, ensure_checkpoint
 from metainfer.build.worktree import CandidateDiff, TargetWorktree
 from metainfer.targets import check_present, make_target
 
+#: the resume command of the run this process opened last (``metainfer build`` prints it on Ctrl-C)
+LAST_RESUME_COMMAND: list[str] = []
+
+
+def resume_command(config: BuildConfig, run_id: str) -> str:
+    """The exact command that continues run ``run_id`` (``--runs-dir`` included when it is not the default)."""
+    cmd = f"metainfer build --resume {run_id}"
+    if Path(config.runs_dir) != Path("runs"):
+        cmd += f" --runs-dir {config.runs_path()}"
+    return cmd
+
 
 def open_session(config: BuildConfig, progress: Progress, agent_label: str | None = None,
                  require_clean: bool = True) -> tuple[Session, str, dict[str, Any]]:
@@ -82,6 +93,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                              f"or discard them with `git -C {wt.path} reset --hard && git -C {wt.path} clean -fd`")
         record = RunRecord.create(runs, target.name, meta)
     st = record.state
+    st["resume_command"] = resume_command(config, record.run_id)
+    LAST_RESUME_COMMAND[:] = [st["resume_command"]]
     wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
     st["worktree"] = str(wt.path)
     ckpt = Path(st["checkpoint"]) if st.get("checkpoint") else None
@@ -92,7 +105,16 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     config.gate_workloads = tuple(st["gate"]["workloads"]) if st["gate"].get("workloads") else None
     s.save()
     if ckpt is None:
-        s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)
+        try:
+            s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)
+        except BaseException as err:  # Ctrl-C (or a failure) while writing: the writer removed its partial files
+            st["status"] = "interrupted" if isinstance(err, KeyboardInterrupt) else "crashed"
+            st["stop_reason"] = (f"{st['status']} while writing the checkpoint ({type(err).__name__}: {err}); "
+                                 f"continue with: {st['resume_command']}")
+            st["ended"] = utc_now()
+            s.save()
+            progress.line(None, f"{st['status']}: {st['stop_reason']}")
+            raise
         st["checkpoint"] = str(s.checkpoint)
         st["checkpoint_synthetic"] = True
         s.save()

@@ -8,9 +8,13 @@ same loading code serves both. Layout: ``metainfer.checkpoint.layout``; weights:
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import json
 import math
 import os
+import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,6 +73,52 @@ def _prepare(out: Path, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def checkpoint_bytes(model: ModelSpec, quant: QuantSpec, convention: str = "modelopt") -> int:
+    """Bytes of tensor data a checkpoint of ``model`` in ``quant`` holds (what ``write_checkpoint`` streams)."""
+    params = model_params(model.text, gdn_fp32=gdn_fp32(model))
+    return sum(math.prod(s.shape) * s.dtype.itemsize for p in params for s in param_tensors(p, quant, convention=convention).values())
+
+
+def _remove_partial(out: Path, created: bool) -> list[str]:
+    """Remove what an interrupted write left in ``out``: the whole folder when the write created it, else the
+    checkpoint files (shards, temporary shards, index, configs); returns what was removed."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return [str(out)]
+    gone = []
+    for f in [*out.glob("model*.safetensors"), out / INDEX, out / "config.json", out / "hf_quant_config.json",
+              out / "metainfer.json"]:
+        if f.is_file():
+            f.unlink(missing_ok=True)
+            gone.append(f.name)
+    return gone
+
+
+def _clean_on_interrupt(fn):
+    """Wrap ``write_checkpoint``: on Ctrl-C (or any error) remove the partial files, say so on stderr, re-raise."""
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        out = Path(sig.bind(*args, **kwargs).arguments["out"])
+        created = not out.exists()
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as err:
+            if isinstance(err, CheckpointError) and not created and not any(out.glob("model*.tmp.safetensors")):
+                raise  # refused before writing (a non-empty folder without --force): nothing of ours to remove
+            gone = _remove_partial(out, created)
+            what = "interrupted" if isinstance(err, KeyboardInterrupt) else f"failed ({type(err).__name__})"
+            if gone:
+                print(f"\ncheckpoint write {what}: removed the partial checkpoint "
+                      f"{'folder ' + str(out) if created else 'files in ' + str(out)}", file=sys.stderr, flush=True)
+            raise
+
+    return wrapper
+
+
+@_clean_on_interrupt
 def write_checkpoint(
     model: ModelSpec,
     quant: QuantSpec,

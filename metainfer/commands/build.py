@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -19,8 +20,10 @@ def build(
     agent: str = typer.Option(None, "--agent", help="offline | scripted | anthropic | claude-code; default: anthropic "
                               "with ANTHROPIC_API_KEY set, else offline; on --resume: the run's"),
     iterations: int = typer.Option(None, "--iterations", help="proposals after the baseline (default 3; on --resume: the run's)"),
-    time_limit: float = typer.Option(None, "--time-limit", help="stop at an iteration boundary after this many minutes"),
-    budget_usd: float = typer.Option(None, "--budget-usd", help="stop once the agent has spent this many USD"),
+    time_limit: float = typer.Option(None, "--time-limit", help="minutes: stop at the first iteration boundary after this "
+                                     "much working time (resumes included); the run is `stopped`, resumable"),
+    budget_usd: float = typer.Option(None, "--budget-usd", help="USD: stop once the agent has spent this much (LLM agents; "
+                                     "the offline and scripted agents cost nothing)"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder of run records (relative to the repo root)"),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint folder; default: a seeded synthetic one, cached "
                                     "under .metainfer/checkpoints"),
@@ -30,9 +33,14 @@ def build(
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
     workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),
-    resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted run to continue"),
+    resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted, stopped or failed run to "
+                               "continue; its options are the run's, except those given again"),
     script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "
                                       "in order, patch k in iteration k; repository-relative paths"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (checkpoint to write or reuse and its size, "
+                                 "engine, gates, workloads, estimated time here) and exit; writes nothing"),
+    full_size_on_cpu: bool = typer.Option(False, "--full-size-on-cpu", help="allow a full-size model with --gpu cpu "
+                                          "(a ~25 GB checkpoint and hours of parity; refused without this flag)"),
 ) -> None:
     """Build an engine for <model>-<quant>-<gpu>: baseline, then N agent proposals, each gated (static → parity → A/B bench).
 
@@ -40,9 +48,12 @@ def build(
     your checkout and current branch are never touched. The record goes to runs/<run-id>/.
     """
     from metainfer.build import BuildConfig, run_build
+    from metainfer.build.plan import make_plan, refuse_full_size_on_cpu
 
     if not resume and None in (model, quant, gpu):
         raise typer.BadParameter("--model, --quant and --gpu are required (unless --resume RUN)")
+    if not resume and not dry_run:
+        refuse_full_size_on_cpu(model, quant, gpu, full_size_on_cpu)
     options: dict = {}
     name = agent
     if script:
@@ -58,10 +69,51 @@ def build(
                          time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
                          seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume,
                          gate_workloads=tuple(workloads.split(",")) if workloads else None)
-    record = run_build(config)
-    typer.echo(f"run record: {record.path}\nsummary: {record.path / 'summary.md'}\nhtml: {record.path / 'summary.html'}")
-    if record.state["status"] == "failed":
+    if dry_run:
+        plan = make_plan(config)
+        typer.echo("\n".join(plan.lines()))
+        from metainfer.errors import MetainferError
+        from metainfer.targets import check_present
+
+        try:
+            check_present(gpu)
+        except MetainferError as err:
+            typer.echo(f"  refused    : {err}")
+        if gpu == "cpu" and not full_size_on_cpu:
+            try:
+                refuse_full_size_on_cpu(model, quant, gpu, False)
+            except Exception as err:  # the plan stands; say that the real run would be refused
+                typer.echo(f"  refused    : {err}")
+        return
+    _terminate_as_interrupt()
+    try:
+        record = run_build(config)
+    except KeyboardInterrupt:
+        typer.secho("\ninterrupted: the run is marked `interrupted`"
+                    + (f"; continue with: {_resume_hint()}" if _resume_hint() else ""), fg="yellow", err=True)
+        sys.exit(130)
+    typer.echo(f"run record: {record.path}\nreport: {record.path / 'summary.html'}  (open it in a browser; "
+               f"`metainfer report {record.run_id}` rewrites it)")
+    if record.state["status"] in ("failed", "crashed"):
         sys.exit(1)
+
+
+def _resume_hint() -> str | None:
+    """The exact resume command of the run this process was building (from ``metainfer.build.resume``), if any."""
+    from metainfer.build.resume import LAST_RESUME_COMMAND
+
+    return LAST_RESUME_COMMAND[0] if LAST_RESUME_COMMAND else None
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM and SIGHUP (a closed terminal, ``timeout``, a scheduler) end the build like Ctrl-C: the run is marked
+    ``interrupted``, the gate is killed and temporary exports are removed on the way out."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,151 @@
+"""A newcomer's first hour: the plan before work, the refusal of full-size work on a CPU, and Ctrl-C at any point.
+
+Real subprocesses of the CLI and real signals: SIGINT during a checkpoint write (alone and inside
+``metainfer build``) and during a gate; each must leave no partial files, no temporary exports
+(``TMPDIR`` is a private folder here, so leftovers are visible) and, for a build, a run marked
+``interrupted`` whose stop reason is the exact resume command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "qwen3.6-35b-a3b-tiny"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    tmpdir = tmp / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    return {**env, "TMPDIR": str(tmpdir), "PYTHONUNBUFFERED": "1"}
+
+
+def _cli(*args: str, cwd: Path = ROOT, env=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metainfer.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _project(dest: Path) -> Path:
+    """A git repo with the project layout at one commit (the loop needs one; the checkout is never touched)."""
+    dest.mkdir(parents=True)
+    for d in ("metainfer", "harness", "templates"):
+        shutil.copytree(ROOT / d, dest / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / ".gitignore", dest / ".gitignore")
+    for cmd in (["init", "-q", "-b", "main"], ["config", "user.name", "t"], ["config", "user.email", "t@t"], ["add", "-A"],
+                ["commit", "-q", "-m", "project"]):
+        subprocess.run(["git", *cmd], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+def _interrupt_when(proc: subprocess.Popen, ready, timeout: float = 240) -> None:
+    """Send SIGINT to ``proc`` as soon as ``ready()`` is true; fail if it never is or the process ended first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the process ended (exit {proc.returncode}) before the moment to interrupt it:\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the moment to interrupt never came")
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    p = _cli("build", "--model", "qwen3.6-35b-a3b", "--quant", "nvfp4", "--gpu", "cpu", "--dry-run", "--runs-dir", str(runs))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "write a synthetic checkpoint, 24.5 GB" in out and "render templates/engine/qwen3_5_moe" in out
+    assert "4 × (static → parity → bench)" in out and "ttft, decode-bs1, conc32" in out and "per gate" in out
+    assert f"--model {'qwen3.6-35b-a3b'}-tiny" in out and "--full-size-on-cpu" in out  # the real run would be refused
+    assert not runs.exists()
+    tiny = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", "--iterations", "1",
+                "--runs-dir", str(runs))
+    assert tiny.returncode == 0 and "2 × (static" in tiny.stdout and "refused" not in tiny.stdout, tiny.stdout
+    assert not runs.exists()
+    assert time.monotonic() - t0 < 120
+
+
+def test_full_size_on_the_cpu_is_refused_within_seconds(tmp_path):
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    p = _cli("build", "--model", "qwen3.6-35b-a3b", "--quant", "nvfp4", "--gpu", "cpu", "--runs-dir", str(runs))
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 2 and elapsed < 60, (elapsed, p.stderr)
+    msg = p.stderr.strip()
+    assert msg.startswith("error:") and len(msg.splitlines()) == 1
+    assert "--model qwen3.6-35b-a3b-tiny" in msg and "--full-size-on-cpu" in msg and "25 GB" in msg
+    assert not runs.exists()
+
+
+def test_ctrl_c_during_a_checkpoint_write_removes_the_partial_files(tmp_path):
+    out = tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "checkpoint", "--model", TINY, "--quant", "bf16",
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
+    _interrupt_when(proc, lambda: any(out.glob("model-*.tmp.safetensors")))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "interrupted: removed the partial checkpoint folder" in err and str(out) in err
+    assert not out.exists()
+
+
+def test_ctrl_c_while_a_build_writes_its_checkpoint_leaves_a_resumable_interrupted_run(tmp_path):
+    repo = _project(tmp_path / "repo")
+    runs = tmp_path / "runs"
+    cache = repo / ".metainfer" / "checkpoints"
+    proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "build", "--model", TINY, "--quant", "bf16", "--gpu",
+                             "cpu", "--iterations", "1", "--runs-dir", str(runs)], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    _interrupt_when(proc, lambda: any(cache.glob(".*tmp*/model-*.tmp.safetensors")))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "removed the partial checkpoint" in err
+    assert not any(cache.glob(".*")) and not any(cache.glob("*"))  # no hidden temporary folder, no half checkpoint
+    (run,) = runs.iterdir()
+    st = json.loads((run / "run.json").read_text())
+    cmd = f"metainfer build --resume {run.name} --runs-dir {runs}"
+    assert st["status"] == "interrupted" and cmd in st["stop_reason"] and st["resume_command"] == cmd
+    assert f"continue with: {cmd}" in err
+    assert not any((tmp_path / "tmpdir").iterdir())
+
+
+def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path, tiny_checkpoint):
+    repo = _project(tmp_path / "repo")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "build", "--model", TINY, "--quant", "bf16", "--gpu",
+                             "cpu", "--iterations", "1", "--runs-dir", str(runs), "--checkpoint", str(tiny_checkpoint("bf16"))],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    exports = tmp_path / "tmpdir"
+
+    def gate_running() -> bool:
+        f = next(runs.glob("*/run.json"), None) if runs.is_dir() else None
+        try:
+            flight = json.loads(f.read_text()).get("in_flight") or {} if f else {}
+        except ValueError:
+            return False
+        return bool(flight.get("gate_pid")) and any(exports.glob("metainfer-best-*"))
+
+    _interrupt_when(proc, gate_running)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    (run,) = runs.iterdir()
+    st = json.loads((run / "run.json").read_text())
+    gate_pid = st["in_flight"]["gate_pid"]
+    assert st["status"] == "interrupted" and f"metainfer build --resume {run.name} --runs-dir {runs}" in st["stop_reason"]
+    assert not any(exports.glob("metainfer-best-*")), list(exports.iterdir())
+    stat = Path(f"/proc/{gate_pid}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"  # the gate died with the loop
+    assert (run / "summary.html").is_file() and "interrupted" in (run / "summary.html").read_text()
