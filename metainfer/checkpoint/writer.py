@@ -24,6 +24,7 @@ from tqdm import tqdm
 from metainfer.checkpoint.generate import GenContext, materialize
 from metainfer.checkpoint.layout import TEXT_PREFIX, gdn_fp32, model_params, param_tensors, stored_name
 from metainfer.checkpoint.shards import INDEX, ShardWriter
+from metainfer.checkpoint.tokenizer import write_tokenizer
 from metainfer.errors import CheckpointError
 from metainfer.targets.models import ModelSpec
 from metainfer.targets.quant import QuantSpec
@@ -183,6 +184,7 @@ def write_checkpoint(
 
         config["quantization_config"], legacy = compressed_tensors_config(quantization_ignore(model)), None
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_tokenizer(model, out)  # tokenizer.json, tokenizer_config.json (chat template), generation_config.json
     if legacy is not None:
         (out / "hf_quant_config.json").write_text(json.dumps(legacy, indent=2) + "\n")
     return out
