@@ -107,3 +107,36 @@ def test_malformed_tunables_is_an_agent_error(tmp_path):
     (d / "engine" / "tunables.json").write_text(json.dumps({"values": {"a": 1}, "space": {"a": 3}}))
     with pytest.raises(AgentError, match="space"):
         get_agent("offline").propose(_ctx(d, 1, []))
+
+
+def test_does_not_repeat_a_proposal_rejected_in_an_earlier_run_on_the_same_engine(tmp_path):
+    import subprocess
+
+    repo = tmp_path / "wt"
+    d = _engine(repo, {"a": 1, "b": "x"}, {"a": [1, 2], "b": ["x", "y"]})
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "engine")
+    head = git("rev-parse", "HEAD")
+    runs = tmp_path / "runs"
+    target = make_target("qwen3.6-35b-a3b-tiny", "bf16", "cpu").name
+    for run, rejected in (("run-a", {"a": 2, "b": "x"}), ("run-other-target", {"a": 1, "b": "y"})):
+        (runs / run / "iter-001").mkdir(parents=True)
+        (runs / run / "run.json").write_text(json.dumps({"target": target if run == "run-a" else "another-target"}))
+        (runs / run / "iter-001" / "report.json").write_text(json.dumps(
+            {"iteration": 1, "accepted": False, "parent": head, "tunables": rejected, "gate": {"ok": True}}))
+    (runs / "run-b" / "iter-001").mkdir(parents=True)
+
+    def ctx():
+        c = _ctx(d, 1, [{"iteration": 0, "accepted": True, "tunables": {"a": 1, "b": "x"}}])
+        c.worktree, c.record_dir = repo, runs / "run-b" / "iter-001"
+        return c
+
+    p = get_agent("offline").propose(ctx())
+    assert _values(d) == {"a": 1, "b": "y"}, p.summary  # a=2 lost against this engine in run-a; b=y only in another target
+    assert p.transcript[0]["rejected_in_earlier_runs"] == 1
+    (d / "engine" / "tunables.json").write_text(json.dumps({"values": {"a": 1, "b": "x"}, "space": {"a": [1, 2], "b": ["x"]}}))
+    assert not get_agent("offline").propose(ctx()).changed  # the only move left was rejected before: nothing to do
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "an accepted change")
+    get_agent("offline").propose(ctx())
+    assert _values(d)["a"] == 2  # the engine changed since: the earlier rejection no longer binds

@@ -11,12 +11,18 @@ ties are broken by a generator seeded with the run seed and the iteration, so a 
 reproducible and a redone iteration proposes the same change. When every single change was
 tried it moves two tunables one step each; when that is exhausted too it proposes nothing.
 On a GPU this is an autotuner whose winning settings are committed.
+
+It also reads the other runs of the same target in the runs folder: a configuration rejected
+there against the very engine the worktree holds now (the rejected iteration's ``parent``
+commit is the branch head) is not proposed again; once the engine has changed (an accepted
+commit), earlier rejections no longer bind.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +80,32 @@ def replay(history: list[dict[str, Any]], space: dict[str, list[Any]]) -> Search
     return state
 
 
+def earlier_rejections(ctx: ProposalContext) -> list[dict[str, Any]]:
+    """``tunables`` dicts of candidates rejected in *other* runs of ``ctx.target`` (found beside this run in the
+    runs folder) whose parent commit is the worktree's head, i.e. rejected against this same engine."""
+    run_dir = ctx.record_dir.parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ctx.worktree, capture_output=True, text=True).stdout.strip()
+    if not head or not run_dir.parent.is_dir():
+        return []
+    out = []
+    for state_file in run_dir.parent.glob("*/run.json"):
+        if state_file.parent == run_dir:
+            continue
+        try:
+            if json.loads(state_file.read_text()).get("target") != ctx.target.name:
+                continue
+        except (OSError, ValueError):
+            continue
+        for f in state_file.parent.glob("iter-[0-9][0-9][0-9]/report.json"):
+            try:
+                r = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if not r.get("accepted") and r.get("parent") == head and isinstance(r.get("tunables"), dict) and r.get("gate"):
+                out.append(r["tunables"])
+    return out
+
+
 def _moves(values: dict[str, Any], space: dict[str, list[Any]]) -> list[tuple[str, Any, int, int]]:
     """Every single-value change: ``(name, new, distance in the list, direction)``."""
     out = []
@@ -117,6 +149,13 @@ class OfflineAgent:
         values, space = read_tunables(path)
         state = replay(ctx.history, space)
         state.tried.add(_key(values))
+        earlier = earlier_rejections(ctx)
+        for t in earlier:  # rejected against this same engine in another run: never gated again
+            state.tried.add(_key(t))
+            for name, v in t.items():
+                if values.get(name) != v:
+                    k = (name, json.dumps(v, sort_keys=True))
+                    state.losses[k] = state.losses.get(k, 0) + 1
         rng = random.Random(ctx.seed * 1_000_003 + ctx.iteration)
 
         def score(m: tuple[str, Any, int, int]) -> tuple:
@@ -144,7 +183,7 @@ class OfflineAgent:
         path.write_text(json.dumps(data, indent=2) + "\n")
         what = ", ".join(f"{k} {old[k]}→{v}" for k, v in changes.items())
         transcript = [{"changes": {k: {"from": old[k], "to": v} for k, v in changes.items()}, "why": why,
-                       "tried_configs": len(state.tried), "lost_values": {f"{k}={v}": n for (k, v), n in state.losses.items()},
+                       "tried_configs": len(state.tried), "rejected_in_earlier_runs": len(earlier), "lost_values": {f"{k}={v}": n for (k, v), n in state.losses.items()},
                        "won_direction": state.won_direction}]
         return Proposal(summary=f"tunables: {what} ({why})", expected_gain="unknown: the gate measures it",
                         transcript=transcript)
