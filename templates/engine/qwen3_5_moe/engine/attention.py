@@ -17,6 +17,7 @@ from . import kernels
 from .batch import Batch
 from .cache import StateCache
 from .linear import linear
+from .ops import attention_prefill
 from .target import ModelDims
 from .weights import AttentionWeights
 
@@ -46,6 +47,7 @@ def attention_forward(
     cos_sin: tuple[torch.Tensor, torch.Tensor],
     dims: ModelDims,
     decode_splits: int = 0,
+    prefill_ops: int = 0,
 ) -> torch.Tensor:
     """One attention mixer over the packed tokens; appends their K/V to the slots' cache.
 
@@ -54,6 +56,8 @@ def attention_forward(
         layer: model layer index (selects the cache tensors).
         cos_sin: fp32 cos, sin [T, rotary_dim] of the tokens' positions (``Rope.cos_sin``, once per forward).
         decode_splits: tunable ``attention_decode_splits`` (0: SDPA over gathered K/V; N: split-K kernel).
+        prefill_ops: tunable ``attention_prefill_ops`` (1: ``ops.attention_prefill``, flash attention over the
+            cache with the gate fused, no host sync; 0: SDPA per sequence with a causal mask).
     Returns:
         bf16 [T, H].
     """
@@ -69,6 +73,9 @@ def attention_forward(
     scale = hd**-0.5
     if batch.decode and decode_splits:
         o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate)  # gated inside
+        return linear(o.reshape(t, nq * hd), w.o_proj)
+    if not batch.decode and prefill_ops:  # reads the cache in place; output already gated
+        o = attention_prefill.attention_prefill(q, kc, vc, gate, batch.cu_t, batch.positions, batch.slots_t, scale)
         return linear(o.reshape(t, nq * hd), w.o_proj)
     if batch.decode:
         o = _decode_attention_sdpa(q, kc, vc, batch, scale)

@@ -5,7 +5,9 @@ bias) + SiLU, continuing each slot's last W-1 inputs; then q | k | v split. ``be
 ``g = -exp(A_log) * softplus(a + dt_bias)`` (fp32). The gated delta rule runs per value head with
 an fp32 state [dk, dv]: ``S ← S·exp(g); δ = β(v − Sᵀk); S ← S + kδᵀ; o = Sᵀq`` with q, k
 L2-normalised and q × dk^-0.5; each key head serves ``nv/nk`` consecutive value heads. Prefill
-uses the chunked (UT-transform) form over packed sequences (``kernels.gdn_chunk_prefill``),
+uses the chunked (UT-transform) form over packed sequences (``ops.gdn_chunk``: Triton with the
+gates fused on CUDA, no host sync; or ``kernels.gdn_chunk_prefill``, torch, by tunable) after the
+parallel conv1d (``ops.conv1d_prefill``),
 decode the recurrent step with the gates fused in (``kernels.gdn_recurrent_step_gated``, which
 reads a, b, and the conv1d update and gated norm read in_proj's column slices, without copies);
 they are the same math, so any split of a sequence between them gives the same result up to
@@ -22,6 +24,7 @@ from . import kernels
 from .batch import Batch
 from .cache import StateCache
 from .linear import linear
+from .ops import conv1d_prefill, gdn_chunk
 from .target import ModelDims
 from .tunables import Tunables
 from .weights import GdnWeights
@@ -35,7 +38,8 @@ def gdn_forward(
     Args:
         x: bf16 [T, H], the input-normed hidden states.
         layer: model layer index (selects the state tensors).
-        tun: tunables (``gdn_chunk_size``, ``gdn_recurrent_prefill_max_tokens``).
+        tun: tunables (``gdn_chunk_size``, ``gdn_recurrent_prefill_max_tokens``, ``gdn_prefill_ops``,
+            ``conv1d_prefill_ops``).
     Returns:
         bf16 [T, H].
     """
@@ -54,15 +58,23 @@ def gdn_forward(
             batch.slots_t,
         )  # [B, nv, dv]
     else:
-        beta = torch.sigmoid(b.float())  # [T, nv]
-        g = -w.A_log.exp() * F.softplus(a.float() + w.dt_bias)  # [T, nv]
-        mixed = kernels.causal_conv1d_prefill(mixed.contiguous(), conv_state, w.conv, batch.cu_t, batch.slots_t)
-        q, k, v = mixed.split([dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
-        args = (q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv), g, beta, ssm, batch.cu_t, batch.slots_t)
-        if max(batch.lens) <= tun.gdn_recurrent_prefill_max_tokens:
-            o = kernels.gdn_recurrent_prefill(*args)  # [T, nv, dv]
+        if tun.conv1d_prefill_ops:  # reads in_proj's column slice in place
+            mixed = conv1d_prefill.causal_conv1d_prefill(mixed, conv_state, w.conv, batch.cu_t, batch.slots_t)
         else:
-            o = kernels.gdn_chunk_prefill(*args, chunk_size=tun.gdn_chunk_size)
+            mixed = kernels.causal_conv1d_prefill(mixed.contiguous(), conv_state, w.conv, batch.cu_t, batch.slots_t)
+        q, k, v = mixed.split([dims.key_dim, dims.key_dim, dims.value_dim], dim=-1)
+        q, k, v = q.reshape(t, nk, dk), k.reshape(t, nk, dk), v.reshape(t, nv, dv)
+        if tun.gdn_prefill_ops and max(batch.lens) > tun.gdn_recurrent_prefill_max_tokens:  # gates fused in
+            o = gdn_chunk.gdn_chunk_prefill(q, k, v, a, b, w.A_log, w.dt_bias, ssm, batch.cu_t, batch.slots_t,
+                                            chunk_size=tun.gdn_chunk_size)
+        else:
+            beta = torch.sigmoid(b.float())  # [T, nv]
+            g = -w.A_log.exp() * F.softplus(a.float() + w.dt_bias)  # [T, nv]
+            args = (q, k, v, g, beta, ssm, batch.cu_t, batch.slots_t)
+            if max(batch.lens) <= tun.gdn_recurrent_prefill_max_tokens:
+                o = kernels.gdn_recurrent_prefill(*args)  # [T, nv, dv]
+            else:
+                o = kernels.gdn_chunk_prefill(*args, chunk_size=tun.gdn_chunk_size)
     # z [T, nv*dv] → [T, nv, dv] is a view (rows keep in_proj's stride): the norm reads it in place
     normed = kernels.gated_rmsnorm(o.reshape(t, nv, dv), z.view(t, nv, dv), w.norm, dims.rms_norm_eps)
     return linear(normed.reshape(t, dims.value_dim), w.out_proj)

@@ -63,7 +63,8 @@ class Model:
         for i, layer in enumerate(self.w.layers):
             x, h = kernels.rmsnorm(mlp_out, layer.input_norm, eps, residual=h) if mlp_out is not None else kernels.rmsnorm(h, layer.input_norm, eps)
             if layer.kind == "full_attention":
-                mix = attention_forward(x, layer.attn, i, batch, cache, cos_sin, d, self.tunables.attention_decode_splits)
+                mix = attention_forward(x, layer.attn, i, batch, cache, cos_sin, d, self.tunables.attention_decode_splits,
+                                       self.tunables.attention_prefill_ops)
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)

@@ -36,6 +36,8 @@ LAUNCH = {
 #: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
 ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch", "moe_gemv_words", "moe_gemv_unroll"}
 
+#: The prefill ops switches (1 = engine/ops/<op>.py, 0 = the torch / serial path before them).
+ZERO_OK |= {"gdn_prefill_ops", "attention_prefill_ops", "conv1d_prefill_ops"}
 
 @dataclass(frozen=True)
 class Tunables:
@@ -56,6 +58,12 @@ class Tunables:
         prefill_chunk_tokens: most prompt tokens ``generate`` packs into one prefill forward;
             longer prompts are prefilled in pieces (chunked prefill).
         max_decode_batch: most sequences ``generate`` decodes in one step; more take turns.
+        gdn_prefill_ops: 1 = ``ops/gdn_chunk.py`` (Triton chunked delta rule on CUDA, gates fused;
+            its torch reference elsewhere); 0 = ``kernels.gdn_chunk_prefill`` (torch, host syncs).
+        attention_prefill_ops: 1 = ``ops/attention_prefill.py`` (varlen flash attention on CUDA, gate
+            fused, no host sync); 0 = SDPA per sequence with an explicit causal mask.
+        conv1d_prefill_ops: 1 = ``ops/conv1d_prefill.py`` (parallel over token and channel blocks);
+            0 = ``kernels.causal_conv1d_prefill`` (one program per sequence walks its tokens).
         linear_*: launch keywords of ``kernels.nvfp4_linear`` (block sizes, warps, stages);
             None leaves the launcher's own default.
         moe_*: launch keywords of ``kernels.moe_nvfp4``; None as above. ``moe_gemv_words`` (1/0):
@@ -72,6 +80,9 @@ class Tunables:
     cuda_graph_max_batch: int = 0
     prefill_chunk_tokens: int = 2048
     max_decode_batch: int = 64
+    gdn_prefill_ops: int = 1
+    attention_prefill_ops: int = 1
+    conv1d_prefill_ops: int = 1
     linear_block_m: int | None = None
     linear_block_n: int | None = None
     linear_block_k: int | None = None

@@ -1,0 +1,111 @@
+"""Depthwise causal conv1d + SiLU over packed sequences (GDN prefill), fused with the conv-state update.
+
+Math: for sequence i with inputs x_0..x_{L-1} and state s (its last W-1 inputs before this
+forward, oldest first), ``y_t = silu(Σ_w weight[c, w] · in_{t-(W-1)+w})`` where ``in_j = x_j``
+for j ≥ 0 and ``s[W-1+j]`` for j < 0, in fp32, rounded once to bf16; afterwards the state holds
+``in_{L-(W-1)} .. in_{L-1}``. An empty sequence keeps its state.
+Kernel: one program per (block of BT tokens of one sequence, block of BC channels), in parallel
+over the whole packed batch (``_varlen.locate_block``: cu_seqlens read on the device, no sync).
+The program that holds a sequence's first block is the only one that reads the old state, so it
+also writes the new one, after its reads.
+Reference: ``kernels.reference_prefill.causal_conv1d_prefill_ref`` (F.conv1d per sequence).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import kernels
+from ..kernels._checks import check_conv_prefill
+from ..kernels.reference_prefill import causal_conv1d_prefill_ref
+from ._triton import HAVE_TRITON, require_triton, tl, triton
+from ._varlen import block_n, locate_block, max_blocks
+
+if HAVE_TRITON:
+    from ..kernels._common import new_empty, round_bf16
+
+#: Launch defaults (tunable through the keywords of ``causal_conv1d_prefill``).
+DEFAULTS = {"block_t": 64, "block_c": 128, "num_warps": 4}
+
+__all__ = ["DEFAULTS", "causal_conv1d_prefill", "causal_conv1d_prefill_ref", "causal_conv1d_prefill_triton"]
+
+
+@triton.jit
+def _conv_prefill_kernel(
+    x_ptr, state_ptr, w_ptr, cu_ptr, slot_ptr, y_ptr,
+    N, C, stride_xt, stride_ss, stride_sc, stride_wc, stride_yt,
+    W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    i_b = tl.program_id(0)
+    i_c = tl.program_id(1)
+    i_n, bos, eos, t0 = locate_block(cu_ptr, N, i_b, BT, BLOCK_N)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_c = o_c < C
+    r = t0 + tl.arange(0, BT)
+    m_r = r < eos
+    i_s = tl.load(slot_ptr + tl.minimum(i_n, N - 1)).to(tl.int64)
+    p_st = state_ptr + i_s * stride_ss + o_c.to(tl.int64) * stride_sc  # [BC], oldest input first
+    b_acc = tl.zeros([BT, BC], dtype=tl.float32)
+    for i_w in tl.static_range(W):
+        j = r - (W - 1) + i_w  # input token (absolute row); rows before bos come from the state
+        m_x = m_r & (j >= bos)
+        m_s = m_r & (j < bos)
+        b_x = tl.load(x_ptr + j[:, None] * stride_xt + o_c[None, :], mask=m_x[:, None] & m_c[None, :], other=0.0)
+        b_s = tl.load(p_st[None, :] + (W - 1 + j - bos)[:, None], mask=m_s[:, None] & m_c[None, :], other=0.0)
+        b_in = b_x.to(tl.float32) + b_s.to(tl.float32)
+        b_acc += b_in * tl.load(w_ptr + o_c.to(tl.int64) * stride_wc + i_w, mask=m_c, other=0.0).to(tl.float32)[None, :]
+    b_y = b_acc * tl.sigmoid(b_acc)
+    p_y = y_ptr + r[:, None] * stride_yt + o_c[None, :]
+    tl.store(p_y, round_bf16(b_y).to(y_ptr.dtype.element_ty), mask=m_r[:, None] & m_c[None, :])
+    if t0 == bos:  # the sequence's first block: new state[i] = in_{L-(W-1)+i}, read before written
+        for i_w in tl.static_range(W - 1):
+            j = eos - (W - 1) + i_w
+            m_j = (o_c.to(tl.int64) * 0 + j) >= bos  # j as a vector: a scalar mask is not portable
+            m_live = m_c & ((o_c.to(tl.int64) * 0 + bos) < eos)
+            b_x = tl.load(x_ptr + j * stride_xt + o_c, mask=m_live & m_j, other=0.0).to(tl.float32)
+            b_s = tl.load(p_st + (W - 1 + j - bos), mask=m_live & (~m_j), other=0.0).to(tl.float32)
+            tl.store(p_st + i_w, (b_x + b_s).to(state_ptr.dtype.element_ty), mask=m_live)
+
+
+def causal_conv1d_prefill_triton(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor,
+    slots: torch.Tensor, *, block_t: int = DEFAULTS["block_t"], block_c: int = DEFAULTS["block_c"],
+    num_warps: int = DEFAULTS["num_warps"],
+) -> torch.Tensor:
+    """One launch over (cdiv(T, block_t) + N, cdiv(C, block_c)) programs; x's rows may be strided."""
+    require_triton("causal_conv1d_prefill")
+    t_count, c_dim = x.shape
+    y = new_empty((t_count, c_dim), x.dtype, x.device)
+    n_seq = slots.shape[0]
+    if t_count == 0 or n_seq == 0:
+        return y
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    grid = (max_blocks(t_count, n_seq, block_t), triton.cdiv(c_dim, block_c))
+    _conv_prefill_kernel[grid](
+        x, conv_state, weight, cu_seqlens, slots, y,
+        n_seq, c_dim, x.stride(0), conv_state.stride(0), conv_state.stride(1), weight.stride(0), y.stride(0),
+        W=weight.shape[1], BT=block_t, BC=block_c, BLOCK_N=block_n(n_seq), num_warps=num_warps,
+    )
+    return y
+
+
+def causal_conv1d_prefill(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, cu_seqlens: torch.Tensor,
+    slots: torch.Tensor, **launch,
+) -> torch.Tensor:
+    """Depthwise causal conv1d + SiLU over packed sequences, continuing from ``conv_state[slots]``.
+
+    Args: x bf16 [T, C] (last dim contiguous; rows may be strided, e.g. a column slice of
+    in_proj's output); conv_state bf16 [S, C, W-1] with a contiguous last dim (zero a new
+    sequence's row first); weight [C, W]; cu_seqlens int [N+1] (read on the device); slots int [N].
+    Returns: y bf16 [T, C]; ``conv_state[slots[i]]`` ← the last W-1 inputs of sequence i.
+    Launch keywords (Triton): ``block_t``, ``block_c`` (powers of two), ``num_warps``.
+    Backend: Triton when ``kernels`` picks it for "causal_conv1d_prefill" (CUDA tensors by
+    default), else ``causal_conv1d_prefill_ref``.
+    Raises: ValueError on shape mismatch (naming the argument).
+    """
+    check_conv_prefill(x, conv_state, weight, cu_seqlens, slots)
+    if kernels._use_triton(x, "causal_conv1d_prefill"):
+        return causal_conv1d_prefill_triton(x, conv_state, weight, cu_seqlens, slots, **launch)
+    return causal_conv1d_prefill_ref(x, conv_state, weight, cu_seqlens, slots)

@@ -1,0 +1,328 @@
+"""Chunked gated delta rule over packed sequences (varlen GDN prefill), gates fused in.
+
+Math (per v head h, qk head h // (HV/HK)): ``beta = sigmoid(b)``, ``g = -exp(A_log)·softplus(a + dt_bias)``
+(fp32, torch softplus threshold 20); q, k L2-normalised, q × Dk^-0.5; per token
+``S ← S·exp(g); δ = β(v − Sᵀk); S ← S + kδᵀ; o = Sᵀq`` with the fp32 state S [Dk, Dv] read from and
+written back to ``state[slots[i]]``. Computed in chunks of BT = 64 tokens (the WY/UT form that
+flash-linear-attention's ``chunk_gated_delta_rule`` uses): with gc the in-chunk cumulative g and
+``A[i,j] = β_i (k_i·k_j) exp(gc_i − gc_j)`` (j < i), ``X = (I + A)^-1``, ``u = X (β v)``,
+``w = X (β exp(gc) k)``; then chunk after chunk ``v' = u − w S``, ``o = exp(gc) q S + (qkᵀ ∘ decay, causal) v'``,
+``S ← exp(gc_last) S + (exp(gc_last − gc) k)ᵀ v'``.
+
+Kernels (all read cu_seqlens on the device: no host sync, graph-capturable):
+1. ``_prep_kernel`` (chunk, v head): gates, cumsum, A in 16×16 blocks, X by forward substitution on
+   the diagonal blocks and block merging, u, w → fp32 scratch.
+2. ``_state_kernel`` (v block, v head, sequence): the sequential pass over a sequence's chunks;
+   writes S at each chunk start (fp32 scratch) and v'.
+3. ``_output_kernel`` (chunk, v head, v block): o, rounded to bf16.
+Reference: ``gdn_chunk_prefill_ref`` (torch: gates, then ``kernels.reference_prefill.gdn_chunk_prefill_ref``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import kernels
+from ..kernels import reference_prefill
+from ..kernels._checks import _check_varlen, check_gdn_step_gated
+from ._triton import HAVE_TRITON, require_triton, tl, triton
+from ._varlen import block_base, block_n, locate_block, max_blocks
+
+if HAVE_TRITON:
+    from ..kernels._common import INTERPRET, new_empty, round_bf16
+    from ..kernels.gdn import _softplus
+
+#: Launch defaults (tunable through the keywords of ``gdn_chunk_prefill``).
+DEFAULTS = {"block_v": 64, "num_warps": 4, "prep_num_warps": 4}
+BT = 64  # chunk size of the Triton path (the UT transform is written for 4 blocks of 16)
+
+
+# ---------------------------------------------------------------- reference
+def gdn_chunk_prefill_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+    A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, cu_seqlens: torch.Tensor,
+    slots: torch.Tensor, chunk_size: int = 64,
+) -> torch.Tensor:
+    """Plain torch: the gates (HF's formulas, fp32), then the chunked delta rule of
+    ``reference_prefill.gdn_chunk_prefill_ref`` (loops over sequences and chunks, syncs on cu_seqlens)."""
+    beta = torch.sigmoid(b.float())
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+    return reference_prefill.gdn_chunk_prefill_ref(q, k, v, g, beta, state, cu_seqlens, slots, chunk_size)
+
+
+# ---------------------------------------------------------------- kernels
+@triton.jit
+def _load_unit(p, o_r, m_r, stride_t, o_d, m_d, SCALE: tl.constexpr):
+    """Rows o_r of a [T, D] head slice (bf16) → fp32, each row L2-normalised (× SCALE)."""
+    b_x = tl.load(p + o_r[:, None] * stride_t + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+    return b_x * (tl.rsqrt(tl.sum(b_x * b_x, axis=1) + 1e-6) * SCALE)[:, None]
+
+
+@triton.jit
+def _gates(a_ptr, b_ptr, o_r, m_r, stride_a, stride_b, b_alog, b_dtb):
+    """g (log decay ≤ 0) and beta fp32 [16] of rows o_r (0 outside m_r)."""
+    b_a = tl.load(a_ptr + o_r * stride_a, mask=m_r, other=0.0).to(tl.float32)
+    b_b = tl.load(b_ptr + o_r * stride_b, mask=m_r, other=0.0).to(tl.float32)
+    b_g = tl.where(m_r, -tl.exp(b_alog) * _softplus(b_a + b_dtb), 0.0)
+    return b_g, tl.where(m_r, tl.sigmoid(b_b), 0.0)
+
+
+@triton.jit
+def _a_block(b_kb, b_k, b_gi, b_gj, DIAG: tl.constexpr, PREC: tl.constexpr):
+    """A block [16, 16]: β_i (k_i·k_j) exp(gc_i − gc_j), strictly lower on a diagonal block."""
+    b_a = tl.dot(b_kb, tl.trans(b_k), input_precision=PREC)
+    b_d = b_gi[:, None] - b_gj[None, :]
+    if DIAG:
+        o_r = tl.arange(0, 16)
+        keep = o_r[:, None] > o_r[None, :]
+        return tl.where(keep, b_a * tl.exp(tl.where(keep, b_d, 0.0)), 0.0)
+    else:
+        return b_a * tl.exp(b_d)
+
+
+@triton.jit
+def _inv_unit_lower(b_a):
+    """(I + A)^-1 for a strictly lower 16×16 A, by forward substitution (row i = e_i − Σ_j<i A_ij X_j)."""
+    o_r = tl.arange(0, 16)
+    b_x = tl.where(o_r[:, None] == o_r[None, :], 1.0, 0.0)
+    for i in range(1, 16):
+        b_ai = tl.sum(tl.where(o_r[:, None] == i, b_a, 0.0), 0)  # row i of A
+        b_row = tl.where(o_r == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_x, 0)
+        b_x = tl.where(o_r[:, None] == i, b_row[None, :], b_x)
+    return b_x
+
+
+@triton.jit
+def _dot16(x, y):
+    return tl.dot(x, y, input_precision="ieee")
+
+
+@triton.jit
+def _store_rows(p, b_x, o_r, m_r, stride_t, o_d, m_d):
+    tl.store(p + o_r[:, None] * stride_t + o_d[None, :], b_x, mask=m_r[:, None] & m_d[None, :])
+
+
+@triton.jit
+def _prep_kernel(
+    k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cu_ptr, u_ptr, w_ptr, gc_ptr,
+    N, HV, DK, DV, stride_kt, stride_kh, stride_vt, stride_vh, stride_a, stride_b,
+    GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_n, bos, eos, t0 = locate_block(cu_ptr, N, i_c, 64, BLOCK_N)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < DK
+    o_v = tl.arange(0, BV)
+    m_v = o_v < DV
+    r0 = t0 + tl.arange(0, 16)
+    r1, r2, r3 = r0 + 16, r0 + 32, r0 + 48
+    m0, m1, m2, m3 = r0 < eos, r1 < eos, r2 < eos, r3 < eos
+    b_alog = tl.load(alog_ptr + i_h).to(tl.float32)
+    b_dtb = tl.load(dtb_ptr + i_h).to(tl.float32)
+    g0, be0 = _gates(a_ptr + i_h, b_ptr + i_h, r0, m0, stride_a, stride_b, b_alog, b_dtb)
+    g1, be1 = _gates(a_ptr + i_h, b_ptr + i_h, r1, m1, stride_a, stride_b, b_alog, b_dtb)
+    g2, be2 = _gates(a_ptr + i_h, b_ptr + i_h, r2, m2, stride_a, stride_b, b_alog, b_dtb)
+    g3, be3 = _gates(a_ptr + i_h, b_ptr + i_h, r3, m3, stride_a, stride_b, b_alog, b_dtb)
+    s0, s1, s2 = tl.sum(g0, 0), tl.sum(g1, 0), tl.sum(g2, 0)  # in-chunk cumulative g, block by block
+    g0 = tl.cumsum(g0, 0)
+    g1 = tl.cumsum(g1, 0) + s0
+    g2 = tl.cumsum(g2, 0) + (s0 + s1)
+    g3 = tl.cumsum(g3, 0) + (s0 + s1 + s2)
+    p_gc = gc_ptr + i_h
+    tl.store(p_gc + r0 * HV, g0, mask=m0)
+    tl.store(p_gc + r1 * HV, g1, mask=m1)
+    tl.store(p_gc + r2 * HV, g2, mask=m2)
+    tl.store(p_gc + r3 * HV, g3, mask=m3)
+    p_k = k_ptr + (i_h // GROUP) * stride_kh
+    k0 = _load_unit(p_k, r0, m0, stride_kt, o_k, m_k, 1.0)
+    k1 = _load_unit(p_k, r1, m1, stride_kt, o_k, m_k, 1.0)
+    k2 = _load_unit(p_k, r2, m2, stride_kt, o_k, m_k, 1.0)
+    k3 = _load_unit(p_k, r3, m3, stride_kt, o_k, m_k, 1.0)
+    kb0, kb1, kb2, kb3 = k0 * be0[:, None], k1 * be1[:, None], k2 * be2[:, None], k3 * be3[:, None]
+    # diagonal blocks inverted, then X_ij = -X_ii Σ_{j≤m<i} A_im X_mj
+    x00 = _inv_unit_lower(_a_block(kb0, k0, g0, g0, True, PREC))
+    x11 = _inv_unit_lower(_a_block(kb1, k1, g1, g1, True, PREC))
+    x22 = _inv_unit_lower(_a_block(kb2, k2, g2, g2, True, PREC))
+    x33 = _inv_unit_lower(_a_block(kb3, k3, g3, g3, True, PREC))
+    a10 = _a_block(kb1, k0, g1, g0, False, PREC)
+    a20 = _a_block(kb2, k0, g2, g0, False, PREC)
+    a21 = _a_block(kb2, k1, g2, g1, False, PREC)
+    a30 = _a_block(kb3, k0, g3, g0, False, PREC)
+    a31 = _a_block(kb3, k1, g3, g1, False, PREC)
+    a32 = _a_block(kb3, k2, g3, g2, False, PREC)
+    x10 = -_dot16(x11, _dot16(a10, x00))
+    x21 = -_dot16(x22, _dot16(a21, x11))
+    x20 = -_dot16(x22, _dot16(a20, x00) + _dot16(a21, x10))
+    x32 = -_dot16(x33, _dot16(a32, x22))
+    x31 = -_dot16(x33, _dot16(a31, x11) + _dot16(a32, x21))
+    x30 = -_dot16(x33, _dot16(a30, x00) + _dot16(a31, x10) + _dot16(a32, x20))
+    # w = X (β exp(gc) k)
+    kb0, kb1, kb2, kb3 = kb0 * tl.exp(g0)[:, None], kb1 * tl.exp(g1)[:, None], kb2 * tl.exp(g2)[:, None], kb3 * tl.exp(g3)[:, None]
+    p_w = w_ptr + i_h * DK
+    s_w = HV * DK
+    _store_rows(p_w, _dot16(x00, kb0), r0, m0, s_w, o_k, m_k)
+    _store_rows(p_w, _dot16(x10, kb0) + _dot16(x11, kb1), r1, m1, s_w, o_k, m_k)
+    _store_rows(p_w, _dot16(x20, kb0) + _dot16(x21, kb1) + _dot16(x22, kb2), r2, m2, s_w, o_k, m_k)
+    _store_rows(p_w, _dot16(x30, kb0) + _dot16(x31, kb1) + _dot16(x32, kb2) + _dot16(x33, kb3), r3, m3, s_w, o_k, m_k)
+    # u = X (β v)
+    p_v = v_ptr + i_h * stride_vh
+    v0 = tl.load(p_v + r0[:, None] * stride_vt + o_v[None, :], mask=m0[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be0[:, None]
+    v1 = tl.load(p_v + r1[:, None] * stride_vt + o_v[None, :], mask=m1[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be1[:, None]
+    v2 = tl.load(p_v + r2[:, None] * stride_vt + o_v[None, :], mask=m2[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be2[:, None]
+    v3 = tl.load(p_v + r3[:, None] * stride_vt + o_v[None, :], mask=m3[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be3[:, None]
+    p_u = u_ptr + i_h * DV
+    s_u = HV * DV
+    _store_rows(p_u, _dot16(x00, v0), r0, m0, s_u, o_v, m_v)
+    _store_rows(p_u, _dot16(x10, v0) + _dot16(x11, v1), r1, m1, s_u, o_v, m_v)
+    _store_rows(p_u, _dot16(x20, v0) + _dot16(x21, v1) + _dot16(x22, v2), r2, m2, s_u, o_v, m_v)
+    _store_rows(p_u, _dot16(x30, v0) + _dot16(x31, v1) + _dot16(x32, v2) + _dot16(x33, v3), r3, m3, s_u, o_v, m_v)
+
+
+@triton.jit
+def _state_kernel(
+    k_ptr, u_ptr, w_ptr, gc_ptr, state_ptr, cu_ptr, slot_ptr, h_ptr, vn_ptr,
+    N, HV, DK, DV, stride_kt, stride_kh,
+    GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_n = tl.program_id(2)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    base = block_base(cu_ptr, N, i_n, 64, BLOCK_N)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < DK
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < DV
+    o_t = tl.arange(0, 64)
+    m_s = m_k[:, None] & m_v[None, :]
+    i_s = tl.load(slot_ptr + i_n).to(tl.int64)
+    p_s = state_ptr + ((i_s * HV + i_h) * DK + o_k[:, None]) * DV + o_v[None, :]
+    b_h = tl.load(p_s, mask=m_s, other=0.0)
+    p_k = k_ptr + (i_h // GROUP) * stride_kh
+    for i_c in range(0, tl.cdiv(eos - bos, 64)):
+        r = bos + i_c * 64 + o_t
+        m_r = r < eos
+        p_h = h_ptr + (((base + i_c) * HV + i_h) * DK + o_k[:, None]) * DV + o_v[None, :]
+        tl.store(p_h, b_h, mask=m_s)
+        b_w = tl.load(w_ptr + (r[:, None] * HV + i_h) * DK + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_u = tl.load(u_ptr + (r[:, None] * HV + i_h) * DV + o_v[None, :], mask=m_r[:, None] & m_v[None, :], other=0.0)
+        b_vn = b_u - tl.dot(b_w, b_h, input_precision=PREC)
+        tl.store(vn_ptr + (r[:, None] * HV + i_h) * DV + o_v[None, :], b_vn, mask=m_r[:, None] & m_v[None, :])
+        b_gc = tl.load(gc_ptr + r * HV + i_h, mask=m_r, other=0.0)
+        b_glast = tl.load(gc_ptr + (tl.minimum(bos + i_c * 64 + 64, eos) - 1) * HV + i_h)
+        b_k = _load_unit(p_k, r, m_r, stride_kt, o_k, m_k, 1.0)
+        b_k = b_k * tl.exp(b_glast - b_gc)[:, None]
+        b_h = b_h * tl.exp(b_glast) + tl.dot(tl.trans(b_k), b_vn, input_precision=PREC)
+    tl.store(p_s, b_h, mask=m_s)
+
+
+@triton.jit
+def _output_kernel(
+    q_ptr, k_ptr, gc_ptr, h_ptr, vn_ptr, cu_ptr, o_ptr,
+    N, HV, DK, DV, stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, scale,
+    GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_v = tl.program_id(2)
+    i_n, bos, eos, t0 = locate_block(cu_ptr, N, i_c, 64, BLOCK_N)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < DK
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < DV
+    o_t = tl.arange(0, 64)
+    r = t0 + o_t
+    m_r = r < eos
+    i_hk = i_h // GROUP
+    b_q = _load_unit(q_ptr + i_hk * stride_qh, r, m_r, stride_qt, o_k, m_k, scale)
+    b_k = _load_unit(k_ptr + i_hk * stride_kh, r, m_r, stride_kt, o_k, m_k, 1.0)
+    b_gc = tl.load(gc_ptr + r * HV + i_h, mask=m_r, other=0.0)
+    m_h = m_k[:, None] & m_v[None, :] & ((o_k[:, None] * 0 + t0) < eos)  # a scalar mask is not portable
+    b_h = tl.load(h_ptr + ((i_c * HV + i_h) * DK + o_k[:, None]) * DV + o_v[None, :], mask=m_h, other=0.0)
+    b_o = tl.dot(b_q * tl.exp(b_gc)[:, None], b_h, input_precision=PREC)
+    causal = o_t[:, None] >= o_t[None, :]
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC)
+    b_s = tl.where(causal, b_s * tl.exp(tl.where(causal, b_gc[:, None] - b_gc[None, :], 0.0)), 0.0)
+    b_vn = tl.load(vn_ptr + (r[:, None] * HV + i_h) * DV + o_v[None, :], mask=m_r[:, None] & m_v[None, :], other=0.0)
+    b_o += tl.dot(b_s, b_vn, input_precision=PREC)
+    p_o = o_ptr + r[:, None] * stride_ot + i_h * stride_oh + o_v[None, :]
+    tl.store(p_o, round_bf16(b_o).to(o_ptr.dtype.element_ty), mask=m_r[:, None] & m_v[None, :])
+
+
+# ---------------------------------------------------------------- launcher
+def gdn_chunk_prefill_triton(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+    A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, cu_seqlens: torch.Tensor,
+    slots: torch.Tensor, *, block_v: int = DEFAULTS["block_v"], num_warps: int = DEFAULTS["num_warps"],
+    prep_num_warps: int = DEFAULTS["prep_num_warps"],
+) -> torch.Tensor:
+    """Three launches; scratch: u, v' fp32 [T, HV, Dv], w fp32 [T, HV, Dk], gc fp32 [T, HV],
+    per-chunk states fp32 [T/64 + N, HV, Dk, Dv]. Grids are sized from T and N alone."""
+    require_triton("gdn_chunk_prefill")
+    t_count, hk, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    n_seq = slots.shape[0]
+    o = new_empty((t_count, hv, dv), v.dtype, v.device)
+    if t_count == 0 or n_seq == 0:
+        return o
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    a, b = (t if t.stride(-1) == 1 else t.contiguous() for t in (a, b))
+    dev = v.device
+    max_chunks = max_blocks(t_count, n_seq, BT)
+    u = new_empty((t_count, hv, dv), torch.float32, dev)
+    w = new_empty((t_count, hv, dk), torch.float32, dev)
+    vn = new_empty((t_count, hv, dv), torch.float32, dev)
+    gc = new_empty((t_count, hv), torch.float32, dev)
+    h = new_empty((max_chunks, hv, dk, dv), torch.float32, dev)
+    bk, bv_full = max(16, triton.next_power_of_2(dk)), max(16, triton.next_power_of_2(dv))
+    block_v = max(16, min(block_v, bv_full))
+    bn = block_n(n_seq)
+    prec = "ieee" if INTERPRET else "tf32"
+    group = hv // hk
+    _prep_kernel[(max_chunks, hv)](
+        k, v, a, b, A_log, dt_bias, cu_seqlens, u, w, gc,
+        n_seq, hv, dk, dv, k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
+        GROUP=group, BK=bk, BV=bv_full, BLOCK_N=bn, PREC=prec, num_warps=prep_num_warps,
+    )
+    _state_kernel[(triton.cdiv(dv, block_v), hv, n_seq)](
+        k, u, w, gc, state, cu_seqlens, slots, h, vn,
+        n_seq, hv, dk, dv, k.stride(0), k.stride(1),
+        GROUP=group, BK=bk, BV=block_v, BLOCK_N=bn, PREC=prec, num_warps=num_warps,
+    )
+    _output_kernel[(max_chunks, hv, triton.cdiv(dv, block_v))](
+        q, k, gc, h, vn, cu_seqlens, o,
+        n_seq, hv, dk, dv, q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1), dk**-0.5,
+        GROUP=group, BK=bk, BV=block_v, BLOCK_N=bn, PREC=prec, num_warps=num_warps,
+    )
+    return o
+
+
+# ---------------------------------------------------------------- public op
+def gdn_chunk_prefill(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+    A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, cu_seqlens: torch.Tensor,
+    slots: torch.Tensor, *, chunk_size: int = 64, **launch,
+) -> torch.Tensor:
+    """Gated delta rule over packed sequences, continuing from ``state[slots]``, gates computed inside.
+
+    Args:
+        q, k: bf16 [T, HK, Dk]; v: bf16 [T, HV, Dv] (last dims contiguous, rows may be strided:
+            views of the conv1d output); a, b: bf16 [T, HV], in_proj's raw outputs (rows may be
+            strided); A_log, dt_bias: fp32 [HV]; state: fp32 [S, HV, Dk, Dv] contiguous (zero a new
+            sequence's row first); cu_seqlens: int [N+1] (cu[0] = 0, cu[N] = T, read on the device);
+            slots: int [N], distinct; chunk_size: the reference's chunk (the kernel's is 64; any
+            size gives the same result up to fp32 rounding).
+    Returns: o bf16 [T, HV, Dv]; each sequence's final state is written to its slot.
+    Launch keywords (Triton): ``block_v``, ``num_warps``, ``prep_num_warps`` (DEFAULTS).
+    Backend: Triton when ``kernels`` picks it for this op ("gdn_chunk_prefill"; CUDA tensors by
+    default), else ``gdn_chunk_prefill_ref``.
+    Raises: ValueError on shape/dtype mismatch (naming the argument).
+    """
+    check_gdn_step_gated(q, k, v, a, b, A_log, dt_bias, state, slots.new_zeros(q.shape[0]))
+    _check_varlen("gdn_chunk_prefill", q.shape[0], cu_seqlens, slots)
+    if kernels._use_triton(q, "gdn_chunk_prefill"):
+        return gdn_chunk_prefill_triton(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens, slots, **launch)
+    return gdn_chunk_prefill_ref(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens, slots, chunk_size)
