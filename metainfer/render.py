@@ -5,10 +5,17 @@ asks for and the target lacks is an error, never an empty string) and lose the s
 other file is copied byte for byte. The context holds target facts only (docs/CONTRACTS.md,
 "The engine"): the model's text-config dims, its layer pattern, the weight format and the
 GPU profile. The result is plain Python a coding agent edits from then on.
+
+Every render also writes ``engine/rendered_for.json`` (``RENDERED_FOR``): the model facts and
+their digest (``metainfer.checkpoint.facts``), the model's full HF config and where it came
+from, and the digest of the template files; the engine's loader refuses a checkpoint whose
+facts differ, and ``metainfer upgrade`` diffs the facts of two engines.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,37 @@ TEMPLATES = REPO_ROOT / "templates" / "engine"
 
 #: Copied never: caches that a test run or an import may leave inside the template folder.
 _SKIP_DIRS = {"__pycache__", ".pytest_cache"}
+
+#: what the engine was rendered for, relative to the engine folder
+RENDERED_FOR = "engine/rendered_for.json"
+
+
+def template_files(src: Path) -> list[Path]:
+    """The files of a template folder that a render reads, sorted (caches and ``.pyc`` left out)."""
+    return [p for p in sorted(Path(src).rglob("*"))
+            if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(src).parts) and p.suffix != ".pyc"]
+
+
+def template_digest(src: Path) -> str:
+    """sha256 (16 hex digits) over the relative paths and bytes of ``template_files(src)``."""
+    h = hashlib.sha256()
+    for p in template_files(src):
+        h.update(p.relative_to(src).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def rendered_for(target: Target, src: Path) -> dict[str, Any]:
+    """The ``engine/rendered_for.json`` record of one render (schema 1).
+
+    Keys: ``target``, ``model`` (name), ``model_source`` (registry name or config path), ``quant``,
+    ``gpu``, ``family``, ``facts`` and ``facts_digest``, ``config`` (the model's full HF config),
+    ``template_digest``.
+    """
+    facts = target.model.facts(target.quant)
+    return {"schema": 1, "target": target.name, "model": target.model.name, "model_source": target.model.source,
+            "quant": target.quant.name, "gpu": target.gpu.name, "family": target.model.family,
+            "facts_digest": facts.digest, "facts": facts.as_dict(), "config": target.model.config,
+            "template_digest": template_digest(src)}
 
 
 def render_context(target: Target) -> dict[str, Any]:
@@ -87,13 +125,16 @@ def render_context(target: Target) -> dict[str, Any]:
     }
 
 
-def render_engine(target: Target, out_root: str | Path = "generated", *, force: bool = False) -> Path:
+def render_engine(target: Target, out_root: str | Path = "generated", *, force: bool = False,
+                  templates: Path | None = None) -> Path:
     """Render the target's engine scaffold into ``<out_root>/<target.name>/`` and return that folder.
 
     Args:
         target: what to render for (``metainfer.targets.make_target``).
         out_root: parent folder of the per-target folders (``generated``).
         force: replace an existing target folder (its contents are deleted first).
+        templates: the folder holding ``<family>/`` scaffolds; None = the repository's ``templates/engine``
+            (``metainfer render --check`` passes an older template tree exported from git).
 
     Raises:
         FileNotFoundError: no scaffold for the model's family under ``templates/engine/``.
@@ -101,9 +142,10 @@ def render_engine(target: Target, out_root: str | Path = "generated", *, force: 
             to pass ``--force``; an existing engine may hold an agent's accepted work).
         jinja2.UndefinedError: a template uses a fact the context lacks (a template bug).
     """
-    src = TEMPLATES / target.model.family
+    root = Path(templates) if templates is not None else TEMPLATES
+    src = root / target.model.family
     if not src.is_dir():
-        known = sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir()) if TEMPLATES.is_dir() else []
+        known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         raise FileNotFoundError(f"no engine scaffold for family {target.model.family!r} at {src}; known: {known}")
     dest = Path(out_root) / target.name
     if dest.exists():
@@ -120,10 +162,8 @@ def render_engine(target: Target, out_root: str | Path = "generated", *, force: 
     tmp = dest.with_name(dest.name + ".rendering")
     if tmp.exists():
         shutil.rmtree(tmp)
-    for path in sorted(src.rglob("*")):
+    for path in template_files(src):
         rel = path.relative_to(src)
-        if path.is_dir() or _SKIP_DIRS.intersection(rel.parts) or path.suffix == ".pyc":
-            continue
         if path.suffix == ".j2":
             out = tmp / rel.with_suffix("")
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,5 +172,8 @@ def render_engine(target: Target, out_root: str | Path = "generated", *, force: 
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, out)
+    record = tmp / RENDERED_FOR
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(rendered_for(target, src), indent=2, sort_keys=True) + "\n")
     tmp.rename(dest)  # the target folder appears whole or not at all
     return dest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -34,7 +35,11 @@ def test_render_gives_plain_importable_code(tmp_path, model, quant, gpu):
     # every template file made it across (rendered ones without their suffix)
     want = {p.relative_to(src).with_suffix("") if p.suffix == ".j2" else p.relative_to(src)
             for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
-    assert want == {p.relative_to(dest) for p in files}
+    assert want | {Path("engine/rendered_for.json")} == {p.relative_to(dest) for p in files}
+    rec = json.loads((dest / "engine" / "rendered_for.json").read_text())  # what the engine was rendered for
+    facts = target.model.facts(target.quant)
+    assert rec["facts_digest"] == facts.digest and rec["facts"]["num_experts"] == get_model(model).text["num_experts"]
+    assert rec["config"] == get_model(model).config and rec["target"] == target.name and rec["model_source"] == model
 
     mod = import_engine(dest)
     t = get_model(model).text

@@ -55,10 +55,29 @@ class Session:
         self.record.save()
 
 
-def ensure_checkpoint(root: Path, model: str, quant: str, seed: int, progress: Progress) -> Path:
-    """The cached synthetic checkpoint ``.metainfer/checkpoints/<model>-<quant>-seed<S>``, written once.
+def checkpoint_key(model: str, quant: str, seed: int) -> str:
+    """The cache folder name of a synthetic checkpoint: ``<facts digest>-<config digest>-<quant>-seed<S>``.
 
-    Written into a temporary sibling and renamed, so a half-written folder is never reused.
+    Keyed by what the weights depend on, never by the model's name: the facts digest (every
+    config field the engine reads) and a digest of the whole config the writer stores (a changed
+    ``bos_token_id`` or GDN dtype under the same name is another checkpoint).
+    """
+    import hashlib
+    import json
+
+    from metainfer.checkpoint.layout import gdn_fp32
+    from metainfer.targets import get_model, get_quant
+
+    spec, q = get_model(model), get_quant(quant)
+    config = hashlib.sha256(json.dumps([spec.config, gdn_fp32(spec)], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{spec.facts(q).digest}-{config}-{quant}-seed{seed}"
+
+
+def ensure_checkpoint(root: Path, model: str, quant: str, seed: int, progress: Progress) -> Path:
+    """The cached synthetic checkpoint ``.metainfer/checkpoints/<checkpoint_key>``, written once.
+
+    ``model`` is a registry name or a config path (``ModelSpec.source``). Written into a temporary
+    sibling and renamed, so a half-written folder is never reused.
 
     Raises:
         CheckpointError: from the writer.
@@ -66,12 +85,12 @@ def ensure_checkpoint(root: Path, model: str, quant: str, seed: int, progress: P
     from metainfer.checkpoint import write_checkpoint
     from metainfer.targets import get_model, get_quant
 
-    dest = state_dir(root) / "checkpoints" / f"{model}-{quant}-seed{seed}"
+    dest = state_dir(root) / "checkpoints" / checkpoint_key(model, quant, seed)
     if (dest / "config.json").is_file():
         return dest
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    progress.line(None, f"writing a synthetic checkpoint (seed {seed}) to {dest}")
+    progress.line(None, f"writing a synthetic checkpoint of {get_model(model).name} (seed {seed}) to {dest}")
     write_checkpoint(get_model(model), get_quant(quant), tmp, seed)
     try:
         os.replace(tmp, dest)
@@ -88,7 +107,8 @@ def render_into(root: Path, target: Target, worktree: TargetWorktree) -> Path:
     Raises:
         BuildError: the renderer failed (its output is in the message).
     """
-    argv = [sys.executable, "-m", "metainfer.cli", "render", "--model", target.model.name, "--quant", target.quant.name,
+    argv = [sys.executable, "-m", "metainfer.cli", "render", "--model", target.model.source or target.model.name,
+            "--quant", target.quant.name,
             "--gpu", target.gpu.name, "--out", str(worktree.path / "generated"), "--force"]
     proc = subprocess.run(argv, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -1,19 +1,28 @@
 """Model registry: the real HF configs (kept as data files) and their ``-tiny`` CPU twins.
 
-A model is known by name (``qwen3.6-35b-a3b``). ``ModelSpec.config`` is the whole
-HF ``config.json`` of the multimodal checkpoint (``Qwen3_5MoeForConditionalGeneration``);
-``ModelSpec.text`` is its ``text_config``, the only part the text engine reads.
+A model is known by name (``qwen3.6-35b-a3b``) or by path: an HF model folder or its
+``config.json`` (``get_model``), whose ``architectures`` / ``model_type`` pick the template
+family (``metainfer.checkpoint.facts.FAMILIES``). ``ModelSpec.config`` is the whole HF
+``config.json`` (multimodal ``Qwen3_5MoeForConditionalGeneration`` or text-only);
+``ModelSpec.text`` is its ``text_config``, the only part the text engine reads, and
+``ModelSpec.facts(quant)`` the typed facts a template reads, with their digest.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metainfer.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from metainfer.checkpoint.facts import ModelFacts
+    from metainfer.targets.quant import QuantSpec
 
 DATA = Path(__file__).with_name("data")
 
@@ -52,17 +61,26 @@ class ModelSpec:
         family: engine template family under ``templates/engine/`` (``qwen3_5_moe``).
         config: the full HF ``config.json`` as a dict (multimodal wrapper with ``text_config``).
         tiny: True for the small CPU twin.
+        source: what resolves to this spec again in another process: the registry name, or the
+            absolute path of the model folder / config.json it was read from.
     """
 
     name: str
     family: str
     config: dict = field(repr=False)
     tiny: bool = False
+    source: str = ""
 
     @property
     def text(self) -> dict:
-        """The ``text_config`` dict (hidden size, layer types, MoE and GDN dims)."""
-        return self.config["text_config"]
+        """The ``text_config`` dict (hidden size, layer types, MoE and GDN dims); the config itself when text-only."""
+        return self.config.get("text_config") or self.config
+
+    def facts(self, quant: "QuantSpec") -> "ModelFacts":
+        """The typed facts an engine of this model in weight format ``quant`` is rendered for (with ``.digest``)."""
+        from metainfer.checkpoint.facts import model_facts, quantized_by_policy
+
+        return model_facts(self.config, quant.name, quantized_by_policy(quant.is_quantized, quant.name))
 
     @property
     def layer_types(self) -> list[str]:
@@ -120,8 +138,8 @@ def _registry() -> dict[str, ModelSpec]:
     for path in sorted(DATA.glob("*.json")):
         config = json.loads(path.read_text())
         name = path.stem
-        specs[name] = ModelSpec(name, "qwen3_5_moe", config)
-        specs[f"{name}-tiny"] = ModelSpec(f"{name}-tiny", "qwen3_5_moe", _tiny(config), tiny=True)
+        specs[name] = ModelSpec(name, "qwen3_5_moe", config, source=name)
+        specs[f"{name}-tiny"] = ModelSpec(f"{name}-tiny", "qwen3_5_moe", _tiny(config), tiny=True, source=f"{name}-tiny")
     return specs
 
 
@@ -131,13 +149,46 @@ def model_names() -> list[str]:
 
 
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by name.
+    """Look a model up by registry name, or read it from an HF model folder or ``config.json`` path.
+
+    A path model is named after its folder (lower case, ``[a-z0-9._-]`` only); when that name is a
+    registry name whose facts differ, the facts digest is appended (``qwen3.6-35b-a3b-f1a2b3c4``), so
+    a changed config never shares a target, branch or cached checkpoint with the registered model.
 
     Raises:
-        UnknownNameError: the name is not registered; the message lists the known ones.
+        UnknownNameError: neither a registered name nor a readable config path (the message lists
+            the known names), or a config no template family serves (the message lists the families).
     """
+    spec = _registry().get(name)
+    if spec is not None:
+        return ModelSpec(spec.name, spec.family, copy.deepcopy(spec.config), spec.tiny, spec.source)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.name.endswith(".json") and path.is_file():
+        return _from_config_file(path.resolve())
+    raise UnknownNameError(f"unknown model {name!r}: not a registered name and no config.json at that path; "
+                           f"known models: {', '.join(model_names())}; or pass an HF model folder or its config.json")
+
+
+def _from_config_file(path: Path) -> ModelSpec:
+    from metainfer.checkpoint.facts import family_of
+
     try:
-        spec = _registry()[name]
-    except KeyError:
-        raise UnknownNameError(f"unknown model {name!r}; known models: {', '.join(model_names())}") from None
-    return ModelSpec(spec.name, spec.family, copy.deepcopy(spec.config), spec.tiny)
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UnknownNameError(f"cannot read the model config {path}: {err}") from None
+    if not isinstance(config, dict):
+        raise UnknownNameError(f"{path} is not an HF config (a JSON object)")
+    family = family_of(config)
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "model"
+    spec = ModelSpec(name, family, config, tiny=False, source=str(path))
+    clash = _registry().get(name)
+    if clash is not None:
+        from metainfer.targets.quant import QUANTS
+
+        bf16 = QUANTS["bf16"]
+        if clash.facts(bf16).digest != spec.facts(bf16).digest or clash.config != config:
+            spec = ModelSpec(f"{name}-f{spec.facts(bf16).digest[:8]}", family, config, False, str(path))
+    return spec

@@ -17,7 +17,9 @@ compressed-tensors NVFP4). The layout here is what the ops want:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -157,8 +159,34 @@ def check_config(text_config: dict, quant: str, dims: ModelDims = DIMS) -> None:
         raise ValueError(
             f"checkpoint does not match the engine rendered for {dims.target}: " + "; ".join(bad)
             + ". Re-render the engine for this checkpoint's model and format "
-            "(`metainfer render --model M --quant Q --gpu G --force`) or load the matching checkpoint."
+            "(`metainfer render --model M --quant Q --gpu G --force`, or `metainfer upgrade --target "
+            f"{dims.target} --to <checkpoint>` to carry the branch's accepted iterations) or load the matching checkpoint."
         )
+
+
+#: what ``metainfer render`` recorded this engine was rendered for (model facts, digest, config)
+RENDERED_FOR = Path(__file__).with_name("rendered_for.json")
+
+
+def check_facts(reader: CheckpointReader, record: Path = RENDERED_FOR) -> None:
+    """Refuse a checkpoint whose model facts (every config field the template reads, the weight format and
+    which linears are quantized) differ from those this engine was rendered for; no record, no check.
+
+    Raises:
+        ValueError: naming every differing fact and the ``metainfer upgrade`` command.
+    """
+    from metainfer.checkpoint.facts import ModelFacts, checkpoint_facts, facts_mismatch_message
+
+    if not record.is_file():
+        return
+    rendered = json.loads(record.read_text())
+    try:
+        mine = ModelFacts.from_dict(rendered["facts"])
+    except (KeyError, ValueError) as err:
+        raise ValueError(f"{record} is from another metainfer version ({err}); re-render the engine") from None
+    msg = facts_mismatch_message(rendered["target"], mine, checkpoint_facts(reader), str(reader.path))
+    if msg:
+        raise ValueError(msg)
 
 
 def _linear(reader: CheckpointReader, module: str, device: torch.device) -> Linear:
@@ -233,6 +261,7 @@ def load_weights(reader: CheckpointReader, device: torch.device, dims: ModelDims
         metainfer.errors.CheckpointError: tensors missing, extra or mis-shaped (``reader.validate``).
     """
     check_config(reader.text_config, reader.quant, dims)
+    check_facts(reader)
     reader.validate()  # every missing or mis-shaped tensor named at once, before any copy
     bf16 = dict(device=device, dtype=torch.bfloat16)
     layers = []
