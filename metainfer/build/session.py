@@ -56,11 +56,12 @@ class Session:
 
 
 def checkpoint_key(model: str, quant: str, seed: int) -> str:
-    """The cache folder name of a synthetic checkpoint: ``<facts digest>-<config digest>-<quant>-seed<S>``.
+    """The cache folder name of a synthetic checkpoint: ``<facts digest>-<config digest>-<quant>-seed<S>-init<V>``.
 
     Keyed by what the weights depend on, never by the model's name: the facts digest (every
-    config field the engine reads) and a digest of the whole config the writer stores (a changed
-    ``bos_token_id`` or GDN dtype under the same name is another checkpoint).
+    config field the engine reads), a digest of the whole config the writer stores (a changed
+    ``bos_token_id`` or GDN dtype under the same name is another checkpoint), and the
+    initialisation's version (``metainfer.checkpoint.init.INIT_VERSION``).
     """
     import hashlib
     import json
@@ -68,9 +69,16 @@ def checkpoint_key(model: str, quant: str, seed: int) -> str:
     from metainfer.checkpoint.layout import gdn_fp32
     from metainfer.targets import get_model, get_quant
 
+    from metainfer.checkpoint.init import INIT_VERSION
+
     spec, q = get_model(model), get_quant(quant)
     config = hashlib.sha256(json.dumps([spec.config, gdn_fp32(spec)], sort_keys=True).encode()).hexdigest()[:8]
-    return f"{spec.facts(q).digest}-{config}-{quant}-seed{seed}"
+    return f"{spec.facts(q).digest}-{config}-{quant}-seed{seed}-init{INIT_VERSION}"
+
+
+def checkpoint_cache_path(root: Path, model: str, quant: str, seed: int) -> Path:
+    """Where ``ensure_checkpoint`` keeps the synthetic checkpoint of ``model`` (name or config path) in ``quant``."""
+    return state_dir(root) / "checkpoints" / checkpoint_key(model, quant, seed)
 
 
 def ensure_checkpoint(root: Path, model: str, quant: str, seed: int, progress: Progress) -> Path:
@@ -85,7 +93,7 @@ def ensure_checkpoint(root: Path, model: str, quant: str, seed: int, progress: P
     from metainfer.checkpoint import write_checkpoint
     from metainfer.targets import get_model, get_quant
 
-    dest = state_dir(root) / "checkpoints" / checkpoint_key(model, quant, seed)
+    dest = checkpoint_cache_path(root, model, quant, seed)
     if (dest / "config.json").is_file():
         return dest
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")

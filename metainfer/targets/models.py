@@ -49,6 +49,8 @@ TINY_TEXT = {
     "bos_token_id": 1000,  # the real 3.6 config has bos == eos; 3.5's null is kept (see _tiny)
     "max_position_embeddings": 4096,
 }
+#: a model read from a path counts as a CPU-scale twin (``ModelSpec.tiny``) below this many parameters
+TINY_PARAMS = 100_000_000
 TINY_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 128}
 
 
@@ -184,11 +186,13 @@ def _from_config_file(path: Path) -> ModelSpec:
     stem = path.parent.name if path.name == "config.json" else path.stem
     name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "model"
     spec = ModelSpec(name, family, config, tiny=False, source=str(path))
+    tiny = spec.param_count()["total"] < TINY_PARAMS
+    spec = ModelSpec(name, family, config, tiny=tiny, source=str(path))
     clash = _registry().get(name)
     if clash is not None:
         from metainfer.targets.quant import QUANTS
 
         bf16 = QUANTS["bf16"]
         if clash.facts(bf16).digest != spec.facts(bf16).digest or clash.config != config:
-            spec = ModelSpec(f"{name}-f{spec.facts(bf16).digest[:8]}", family, config, False, str(path))
+            spec = ModelSpec(f"{name}-f{spec.facts(bf16).digest[:8]}", family, config, tiny, str(path))
     return spec
