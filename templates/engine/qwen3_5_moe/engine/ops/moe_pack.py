@@ -1,0 +1,107 @@
+"""Expert weights repacked at load for the W4A16 MoE kernels (``ops/moe_gemm.py``), exactly.
+
+Checkpoint layout (``weights.ExpertStack``): codes uint8 [E, N, K/2] (element 2j in the low
+nibble of byte j, 2j+1 in the high one), e4m3 block scales [E, N, K/16] in a separate tensor.
+The kernels want one row's codes and the scales that go with them in the same cache lines, and
+codes ordered so that decoding a 32-bit word needs no shuffle. Packed layout, per weight row:
+
+- K is cut into super-groups of ``SG = 256`` elements (K padded with zero codes and zero scales
+  up to a multiple of 256; a padded element is exactly 0);
+- super-group g of row n is 144 bytes at ``row_bytes * n + 144 * g``: 128 bytes of codes
+  (32 little-endian int32 words), then the 16 e4m3 scales of its 16 groups of 16 elements;
+- element ``256 g + 32 i + w`` (i = 0..7, w = 0..31) sits in nibble i (bits 4i..4i+3) of word w.
+  So nibble i of the 32 words holds 32 consecutive elements (groups 2i and 2i+1), and one
+  ``tl.dot`` over K = 32 consumes it without reordering.
+
+``pack_experts`` / ``unpack_rows`` are exact inverses on the bytes (tested): the packed form holds
+the checkpoint's codes and scales bit for bit, nothing is requantized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SG = 256  # elements per super-group
+SG_BYTES = SG // 2 + SG // 16  # 128 code bytes + 16 scale bytes = 144 (36 int32 words)
+SG_WORDS = SG_BYTES // 4
+
+
+@dataclass
+class PackedExperts:
+    """One layer's experts in the packed layout (module docstring).
+
+    Attributes:
+        w13: uint8 [E, 2I, R13] (rows [0, I) gate, [I, 2I) up), R13 = 144 · cdiv(H, 256).
+        g13: fp32 [E, 2], the gate and up global scales (multipliers).
+        w2: uint8 [E, H, R2], R2 = 144 · cdiv(I, 256).
+        g2: fp32 [E].
+        hidden, inter: H and I (unpadded K of the two projections).
+    """
+
+    w13: torch.Tensor
+    g13: torch.Tensor
+    w2: torch.Tensor
+    g2: torch.Tensor
+    hidden: int
+    inter: int
+
+    @property
+    def num_experts(self) -> int:
+        """E (including a stacked shared expert)."""
+        return self.w13.shape[0]
+
+
+def pack_rows(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Checkpoint rows → packed rows.
+
+    codes: uint8 [..., N, K/2]; scales: float8_e4m3fn (or its uint8 bits) [..., N, K/16], K % 16 == 0.
+    Returns uint8 [..., N, 144 · cdiv(K, 256)].
+    Raises: ValueError on mismatched shapes.
+    """
+    *lead, n, half = codes.shape
+    k = 2 * half
+    if k % 16 or tuple(scales.shape) != (*lead, n, k // 16):
+        raise ValueError(f"pack_rows: codes {tuple(codes.shape)} and scales {tuple(scales.shape)} are not NVFP4 rows "
+                         "(need codes [..., N, K/2] and scales [..., N, K/16] with K a multiple of 16)")
+    n_sg = -(-k // SG)
+    pad = n_sg * SG - k
+    c = torch.stack((codes & 0xF, codes >> 4), dim=-1).flatten(-2)  # [..., N, K] nibbles
+    c = torch.nn.functional.pad(c, (0, pad))
+    c = c.reshape(*lead, n, n_sg, 8, 32).transpose(-1, -2)  # [..., sg, w, i]
+    c = c.reshape(*lead, n, n_sg, 32, 4, 2)
+    packed_codes = (c[..., 0] | (c[..., 1] << 4)).reshape(*lead, n, n_sg, 128)  # byte 4w + i//2
+    s = scales.view(torch.uint8) if scales.dtype != torch.uint8 else scales
+    s = torch.nn.functional.pad(s, (0, pad // 16)).reshape(*lead, n, n_sg, 16)
+    return torch.cat((packed_codes, s), dim=-1).reshape(*lead, n, n_sg * SG_BYTES).contiguous()
+
+
+def unpack_rows(packed: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed rows → ``(codes uint8 [..., N, K/2], scales float8_e4m3fn [..., N, K/16])``, the inverse of ``pack_rows``."""
+    *lead, n, row_bytes = packed.shape
+    n_sg = row_bytes // SG_BYTES
+    p = packed.reshape(*lead, n, n_sg, SG_BYTES)
+    b = p[..., :128].reshape(*lead, n, n_sg, 32, 4)
+    c = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(*lead, n, n_sg, 32, 8)  # [..., w, i]
+    c = c.transpose(-1, -2).reshape(*lead, n, n_sg * SG)[..., :k]
+    codes = (c[..., 0::2] | (c[..., 1::2] << 4)).contiguous()
+    scales = p[..., 128:].reshape(*lead, n, n_sg * 16)[..., : k // 16].contiguous().view(torch.float8_e4m3fn)
+    return codes, scales
+
+
+def pack_experts(w13: torch.Tensor, s13: torch.Tensor, g13: torch.Tensor,
+                 w2: torch.Tensor, s2: torch.Tensor, g2: torch.Tensor) -> PackedExperts:
+    """``weights.ExpertStack`` tensors (kernels.moe_nvfp4's layout) → ``PackedExperts`` on the same device."""
+    return PackedExperts(
+        w13=pack_rows(w13, s13), g13=g13.float().contiguous(),
+        w2=pack_rows(w2, s2), g2=g2.float().reshape(-1).contiguous(),
+        hidden=w13.shape[2] * 2, inter=w2.shape[2] * 2,
+    )
+
+
+def unpack_experts(pk: PackedExperts) -> tuple[torch.Tensor, ...]:
+    """``(w13, s13, g13, w2, s2, g2)`` in the checkpoint layout, bit-identical to what was packed."""
+    w13, s13 = unpack_rows(pk.w13, pk.hidden)
+    w2, s2 = unpack_rows(pk.w2, pk.inter)
+    return w13, s13, pk.g13, w2, s2, pk.g2
