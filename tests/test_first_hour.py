@@ -149,3 +149,52 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     stat = Path(f"/proc/{gate_pid}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z"  # the gate died with the loop
     assert (run / "summary.html").is_file() and "interrupted" in (run / "summary.html").read_text()
+
+
+def test_version():
+    p = _cli("--version")
+    assert p.returncode == 0 and p.stdout.startswith("metainfer 0.1.0"), p.stdout + p.stderr
+
+
+def test_generate_prints_tokens_and_timings(tmp_path, tiny_checkpoint):
+    ck = tiny_checkpoint("bf16")
+    assert _cli("render", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--out", str(tmp_path / "gen")).returncode == 0
+    eng = tmp_path / "gen" / f"{TINY}-bf16-cpu"
+    p = _cli("generate", "--engine", str(eng), "--checkpoint", str(ck), "--ids", "1,2,3", "--ids", "7,8", "--max-tokens", "4")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    outs = [json.loads(ln.split("-> ")[1]) for ln in lines if ln.startswith("prompt ")]
+    assert len(outs) == 2 and all(len(o) == 4 and all(isinstance(t, int) and 0 <= t for t in o) for o in outs)
+    assert "first token" in lines[-1] and "tok/s" in lines[-1] and "load" in lines[-1]
+    bare = tmp_path / "no-tokenizer"
+    bare.mkdir()
+    for f in ck.iterdir():  # the same checkpoint without its tokenizer files
+        if "token" not in f.name and f.name not in ("special_tokens_map.json", "vocab.json", "merges.txt"):
+            (bare / f.name).symlink_to(f)
+    bad = _cli("generate", "--engine", str(eng), "--checkpoint", str(bare), "--text", "hello")
+    assert bad.returncode == 2 and "no tokenizer" in bad.stderr and "--ids" in bad.stderr
+    if (ck / "tokenizer.json").is_file():  # synthetic checkpoints carry one once `metainfer serve` lands
+        p = _cli("generate", "--engine", str(eng), "--checkpoint", str(ck), "--text", "hello", "--max-tokens", "2")
+        assert p.returncode == 0 and "  text: " in p.stdout, p.stderr
+    bad = _cli("generate", "--engine", str(eng), "--checkpoint", str(ck), "--ids", "1,x")
+    assert bad.returncode == 2 and "comma-separated token ids" in bad.stderr
+
+
+def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
+    repo = _project(tmp_path / "repo")
+    env = _env(tmp_path)
+    ck = repo / ".metainfer" / "checkpoints" / "m-bf16-seed0"
+    ck.mkdir(parents=True)
+    (ck / "model-00001-of-00001.safetensors").write_bytes(b"x" * 1000)
+    stale, fresh = Path(env["TMPDIR"]) / "metainfer-best-old", Path(env["TMPDIR"]) / "metainfer-best-new"
+    for d in (stale, fresh):
+        (d / "generated").mkdir(parents=True)
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    keep = Path(env["TMPDIR"]) / "unrelated"
+    keep.mkdir()
+    p = _cli("clean", "--dry-run", cwd=repo, env=env)
+    assert p.returncode == 0 and f"would remove checkpoint" in p.stdout and str(stale) in p.stdout, p.stdout
+    assert "made in the last 2 minutes" in p.stdout and ck.exists() and stale.exists()
+    p = _cli("clean", cwd=repo, env=env)
+    assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
+    assert (repo / "metainfer").is_dir() and "freed" in p.stdout
