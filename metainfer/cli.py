@@ -24,8 +24,27 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    """``--version``: the package version and, in a clone, the commit; then exit."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+    import subprocess
+
+    try:
+        v = version("metainfer")
+    except PackageNotFoundError:
+        v = "unknown (not installed: pip install -e .)"
+    here = Path(__file__).resolve().parent
+    sha = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True).stdout.strip()
+    typer.echo(f"metainfer {v}" + (f" (commit {sha})" if sha else ""))
+    raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version (and the commit of a clone) and exit")) -> None:
     """metainfer: targets, checkpoints, engines, parity, benchmarks and the build loop."""
 
 
