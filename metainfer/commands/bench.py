@@ -20,7 +20,7 @@ def bench(
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when present); cpu runs scaled-down shapes"),
     json_out: Path = typer.Option(None, "--json", help="also write the result here"),
 ) -> None:
-    """Measure one DESIGN.md workload; print median ± relative spread, roofline fraction, GPU and commit."""
+    """Measure one workload of docs/BENCHMARKS.md; print median ± relative spread, roofline fraction, GPU and commit."""
     import torch
 
     from harness.bench import BenchConfig, bench_single, shapes_for
