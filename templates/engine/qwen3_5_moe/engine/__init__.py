@@ -8,6 +8,7 @@ The harness calls exactly this (docs/CONTRACTS.md, "The engine")::
     logits = engine.decode(res.slots, next_tokens) # [B, V] fp32
     engine.release(res.slots)
     outs = engine.generate(prompts, SamplingParams(max_tokens=256, ignore_eos=True))
+    sched = Scheduler(engine)                      # step API (metainfer serve): add_request / step / abort
 
 See ENGINE.md beside the package for the file map.
 """
@@ -21,9 +22,11 @@ import torch
 from .cache import CacheConfig
 from .runtime import Engine, PrefillResult
 from .sampling import SamplingParams
+from .scheduler import Scheduler
+from .sequence import StepOutput
 from .target import DIMS, ModelDims
 
-__all__ = ["DIMS", "Engine", "ModelDims", "PrefillResult", "SamplingParams", "load"]
+__all__ = ["DIMS", "Engine", "ModelDims", "PrefillResult", "SamplingParams", "Scheduler", "StepOutput", "load"]
 
 
 def _device(device: str | torch.device) -> torch.device:

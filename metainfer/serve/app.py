@@ -1,0 +1,80 @@
+"""The FastAPI app: routes, API-key check, and errors in the OpenAI shape.
+
+Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /health`` (200 while the engine thread is alive, else 503), ``GET /metrics`` (Prometheus).
+A malformed body is a 400 (FastAPI's 422 rewritten into the OpenAI shape).
+"""
+
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from metainfer.serve import chat, completions
+from metainfer.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest
+from metainfer.serve.state import ServerState
+
+
+def create_app(state: ServerState) -> FastAPI:
+    """The app over ``state``; its lifespan starts and stops the engine thread."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.loop.start()
+        try:
+            yield
+        finally:
+            state.loop.stop()
+
+    app = FastAPI(title="metainfer serve", lifespan=lifespan)
+    app.state.serve = state
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse(ApiError(400, f"invalid request body: {where}: {first.get('msg', err)}", param=where or None).body(),
+                            status_code=400)
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):
+        key = state.cfg.api_key
+        if key and request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                err = ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'", code="invalid_api_key")
+                return JSONResponse(err.body(), status_code=401)
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> Response:
+        alive = state.loop._thread.is_alive()
+        return JSONResponse({"status": "ok" if alive else "engine thread stopped"}, status_code=200 if alive else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": state.cfg.model_name, "object": "model", "created": state.created,
+                                            "owned_by": "metainfer", "max_model_len": state.cfg.max_seq_len}]}
+
+    @app.post("/v1/completions")
+    async def create_completion(req: CompletionRequest):
+        return await completions.handle(state, req)
+
+    @app.post("/v1/chat/completions")
+    async def create_chat_completion(req: ChatCompletionRequest):
+        return await chat.handle(state, req)
+
+    return app

@@ -1,0 +1,123 @@
+"""``POST /v1/chat/completions``: messages through the chat template; the reply split into
+``reasoning_content`` and ``content``, and Qwen XML tool calls returned as OpenAI ``tool_calls``;
+plain or streamed (SSE)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from metainfer.serve.completions import sse, usage
+from metainfer.serve.parsers import CALL_OPEN, THINK_CLOSE, held_prefix, parse_tool_calls, split_reasoning
+from metainfer.serve.protocol import ApiError, ChatCompletionRequest
+from metainfer.serve.state import ServerState
+from metainfer.serve.text import Detokenizer
+
+
+class _Reply:
+    """The reply so far, split for streaming: what may be sent as reasoning and as content now."""
+
+    def __init__(self, think_open: bool, tools: bool):
+        self.think_open, self.tools = think_open, tools
+        self.sent_reasoning = self.sent_content = 0
+
+    def deltas(self, text: str, final: bool) -> tuple[str, str]:
+        """(new reasoning, new content) of ``text`` (all text so far); holds back a partial
+        ``</think>`` and, with tools, everything from ``<tool_call>`` on (sent as tool_calls at the end)."""
+        reasoning, content, still_open = split_reasoning(text, self.think_open)
+        reasoning = reasoning or ""
+        if still_open and not final:
+            reasoning = reasoning[: held_prefix(reasoning, THINK_CLOSE)]
+        if self.tools:
+            content = content[: held_prefix(content, CALL_OPEN)]
+        r, c = reasoning[self.sent_reasoning :], content[self.sent_content :]
+        self.sent_reasoning, self.sent_content = len(reasoning), len(content)
+        return r, c
+
+
+def _message(text: str, think_open: bool, tools: bool) -> tuple[dict, bool]:
+    """The assistant message of a whole reply, and whether it holds tool calls."""
+    reasoning, content, _ = split_reasoning(text, think_open)
+    calls = []
+    if tools:
+        content, calls = parse_tool_calls(content)
+    msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    if calls:
+        msg["tool_calls"] = [c.to_openai() for c in calls]
+    return msg, bool(calls)
+
+
+async def handle(state: ServerState, req: ChatCompletionRequest) -> Any:
+    """Answer one chat request (JSON or an SSE stream)."""
+    state.check_model(req.model)
+    if not req.messages:
+        raise ApiError(400, "messages is empty; send at least one message", param="messages")
+    tools = bool(req.tools) and req.tool_choice != "none"
+    try:
+        ids, think_open = state.text.render_chat(req.messages, req.tools, req.chat_template_kwargs)
+    except ValueError as err:
+        raise ApiError(400, str(err), param="messages") from None
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    params = state.sampling_params(req, ids, max_tokens, None)
+    rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    detok = Detokenizer(state.text, req.stop_strings())
+    gen = state.run(ids, params)
+    first = await gen.__anext__()  # errors (400/503) become the response status
+
+    async def outputs() -> AsyncIterator[tuple[bool, str | None, int]]:
+        """(final, finish reason, tokens so far) per step; ``detok`` holds the text."""
+        async with contextlib.aclosing(gen):
+            out = first
+            while True:
+                detok.push(out.new_tokens, final=out.finished)
+                final = out.finished or detok.stopped
+                yield final, ("stop" if detok.stopped else out.finish_reason), out.output_tokens
+                if final:
+                    return
+                out = await gen.__anext__()
+
+    def chunk(delta: dict, finish: str | None) -> dict:
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.cfg.model_name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    if not req.stream:
+        reason, n = None, 0
+        async for _, reason, n in outputs():
+            pass
+        msg, called = _message(detok.text, think_open, tools)
+        body = {"id": rid, "object": "chat.completion", "created": created, "model": state.cfg.model_name,
+                "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "tool_calls" if called else reason}],
+                "usage": usage(len(ids), n)}
+        return JSONResponse(body)
+
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    reply = _Reply(think_open, tools)
+
+    async def events() -> AsyncIterator[str]:
+        yield sse(chunk({"role": "assistant", "content": ""}, None))
+        n, reason = 0, None
+        async for final, reason, n in outputs():
+            r, c = reply.deltas(detok.text[: detok.sent] if not final else detok.text, final)
+            if r:
+                yield sse(chunk({"reasoning_content": r}, None))
+            if c:
+                yield sse(chunk({"content": c}, None))
+        msg, called = _message(detok.text, think_open, tools)
+        if called:
+            yield sse(chunk({"tool_calls": [dict(tc, index=i) for i, tc in enumerate(msg["tool_calls"])]}, None))
+        elif tools:  # held back in case it was a tool call; it was not
+            reply.tools = False
+            _, c = reply.deltas(detok.text, True)
+            if c:
+                yield sse(chunk({"content": c}, None))
+        yield sse(chunk({}, "tool_calls" if called else reason))
+        if include_usage:
+            yield sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.cfg.model_name,
+                       "choices": [], "usage": usage(len(ids), n)})
+        yield sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")

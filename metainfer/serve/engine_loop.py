@@ -1,0 +1,130 @@
+"""The one thread that drives the engine: ``Scheduler.step()`` in a loop, fed by a thread-safe inbox.
+
+HTTP handlers (asyncio) never touch the engine: they ``submit`` a request with a sink (a
+callable run on the engine thread with each ``StepOutput``, or a ``ValueError`` if the scheduler
+refuses the request, or a ``RuntimeError`` if a step fails) and ``abort`` it; both are queued and
+applied between steps, so an abort frees its slot before the next step runs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+from metainfer.serve.metrics import Metrics
+
+Sink = Callable[[Any], None]
+
+
+@dataclass
+class _Add:
+    request_id: Hashable
+    prompt: list[int]
+    params: Any
+    sink: Sink
+
+
+@dataclass
+class _Abort:
+    request_id: Hashable
+
+
+class EngineLoop:
+    """Owns the scheduler on a daemon thread.
+
+    Attributes:
+        scheduler: the engine's ``Scheduler`` (touched only by the loop thread once started).
+        steps: steps run so far.
+    """
+
+    def __init__(self, scheduler: Any, metrics: Metrics, max_batch: int, max_seq_len: int):
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.max_batch, self.max_seq_len = max_batch, max_seq_len
+        self.steps = 0
+        self._inbox: queue.Queue = queue.Queue()
+        self._sinks: dict[Hashable, Sink] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
+
+    def start(self) -> None:
+        """Start the loop thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop after the current step and wait for it."""
+        self._stop.set()
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+
+    def submit(self, request_id: Hashable, prompt: list[int], params: Any, sink: Sink) -> None:
+        """Queue a request (thread-safe)."""
+        self._inbox.put(_Add(request_id, prompt, params, sink))
+
+    def abort(self, request_id: Hashable) -> None:
+        """Queue an abort (thread-safe); a request already finished is left alone."""
+        self._inbox.put(_Abort(request_id))
+
+    # ---- loop thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        sched = self.scheduler
+        while not self._stop.is_set():
+            self._drain(block=not sched.has_unfinished())
+            if not sched.has_unfinished():
+                continue
+            t0 = time.perf_counter()
+            try:
+                outs = sched.step()
+            except Exception as err:  # a failing step must not kill the server: fail its requests, free their slots
+                self._fail_all(err)
+                continue
+            self.steps += 1
+            self.metrics.step_seconds.observe(time.perf_counter() - t0)
+            for out in outs:
+                sink = self._sinks.get(out.request_id)
+                if out.finished:
+                    self._sinks.pop(out.request_id, None)
+                if sink is not None:
+                    sink(out)
+            self._gauges()
+
+    def _drain(self, block: bool) -> None:
+        items = []
+        try:
+            items.append(self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait())
+            while True:
+                items.append(self._inbox.get_nowait())
+        except queue.Empty:
+            pass
+        for item in items:
+            if isinstance(item, _Add):
+                try:
+                    self.scheduler.add_request(item.request_id, item.prompt, item.params)
+                except ValueError as err:
+                    item.sink(err)
+                    continue
+                self._sinks[item.request_id] = item.sink
+            elif isinstance(item, _Abort) and self.scheduler.abort(item.request_id):
+                self.metrics.aborted.inc()
+        if items:
+            self._gauges()
+
+    def _fail_all(self, err: Exception) -> None:
+        self.scheduler.abort_all()
+        self.scheduler.step()  # reports the aborts; nothing else is live
+        sinks, self._sinks = self._sinks, {}
+        for sink in sinks.values():
+            sink(RuntimeError(f"the engine failed during a step: {type(err).__name__}: {err}"))
+        self._gauges()
+
+    def _gauges(self) -> None:
+        s, m = self.scheduler, self.metrics
+        m.running.set(s.num_running)
+        m.waiting.set(s.num_waiting)
+        m.kv_slots_used.set(s.num_running)
+        held = s.tokens_held()
+        m.kv_tokens_used.set(held)
+        m.kv_usage.set(held / (self.max_batch * self.max_seq_len))

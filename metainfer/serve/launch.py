@@ -1,0 +1,102 @@
+"""Start a server: import and load the engine, warm it up, run uvicorn, print one ready line."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from metainfer.errors import MetainferError
+from metainfer.serve.state import ServeConfig, ServerState
+from metainfer.serve.text import TextSide
+
+
+@dataclass
+class LaunchArgs:
+    """What ``metainfer serve`` was given (see its ``--help``)."""
+
+    model: str
+    quant: str
+    gpu: str
+    checkpoint: Path
+    engine: Path | None
+    host: str
+    port: int
+    api_key: str | None
+    max_batch: int
+    max_seq_len: int
+    max_queue: int
+    served_model_name: str | None
+
+
+def engine_dir(args: LaunchArgs) -> Path:
+    """``--engine``, else ``generated/<target>``, else the template rendered for the target into a temp folder.
+
+    Raises:
+        MetainferError: unknown model/quant/gpu, or ``--engine`` is not a folder.
+    """
+    from metainfer.render import render_engine
+    from metainfer.targets import make_target
+
+    target = make_target(args.model, args.quant, args.gpu)
+    if args.engine is not None:
+        if not (args.engine / "engine" / "__init__.py").is_file():
+            raise MetainferError(f"--engine {args.engine}: no engine/__init__.py there; pass a generated/<target> folder")
+        return args.engine
+    default = Path("generated") / target.name
+    if (default / "engine" / "__init__.py").is_file():
+        return default
+    out = render_engine(target, Path(tempfile.mkdtemp(prefix="metainfer-serve-")))
+    print(f"no {default}; serving the template rendered for {target.name} at {out}", file=sys.stderr)
+    return out
+
+
+def build_state(args: LaunchArgs) -> ServerState:
+    """Load tokenizer and engine, warm the engine up, and return the server state.
+
+    Raises:
+        MetainferError: no tokenizer in the checkpoint, an engine without the step API, or a
+            load error (bad checkpoint, device not present).
+    """
+    from harness.engine_loader import import_engine
+    from metainfer.targets import check_present
+
+    if not args.checkpoint.is_dir():
+        raise MetainferError(f"--checkpoint {args.checkpoint}: no such folder")
+    check_present(args.gpu)
+    text = TextSide.from_checkpoint(args.checkpoint)
+    mod = import_engine(engine_dir(args))
+    if not hasattr(mod, "Scheduler"):
+        raise MetainferError("this engine has no step API (engine/scheduler.py); re-render it from the current template "
+                             "(`metainfer render --force`) or pass --engine with a newer one")
+    device = "cpu" if args.gpu == "cpu" else "cuda"
+    try:
+        engine = mod.load(args.checkpoint, device, max_batch=args.max_batch, max_seq_len=args.max_seq_len)
+    except ValueError as err:
+        raise MetainferError(f"loading the engine: {err}") from None
+    engine.generate([list(range(1, 17))], mod.SamplingParams(max_tokens=3, ignore_eos=True))  # compile and warm up
+    name = args.served_model_name or args.model
+    cfg = ServeConfig(name, args.max_batch, args.max_seq_len, args.max_queue, args.api_key)
+    return ServerState(mod, engine, text, cfg)
+
+
+def serve(args: LaunchArgs) -> None:
+    """Run until interrupted; prints ``metainfer serve: ready at http://HOST:PORT/v1 ...`` once listening."""
+    import uvicorn
+
+    from metainfer.serve.app import create_app
+
+    state = build_state(args)
+    app = create_app(state)
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                host = args.host if args.host not in ("0.0.0.0", "::") else "127.0.0.1"
+                print(f"metainfer serve: ready at http://{host}:{args.port}/v1 (model {state.cfg.model_name!r}, "
+                      f"{state.cfg.max_batch} slots x {state.cfg.max_seq_len} tokens)", flush=True)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    _Server(config).run()

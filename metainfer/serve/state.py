@@ -1,0 +1,149 @@
+"""What every handler shares: the engine loop, the text side, limits, and the request bridge
+(``ServerState.run``: submit a request to the engine thread, yield its ``StepOutput`` s on the
+asyncio side, abort it if the consumer stops early or the client goes away)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from metainfer.serve.engine_loop import EngineLoop
+from metainfer.serve.metrics import Metrics
+from metainfer.serve.protocol import ApiError
+from metainfer.serve.text import TextSide
+
+
+@dataclass
+class ServeConfig:
+    """Server settings.
+
+    Attributes:
+        model_name: the id clients put in ``model`` (``/v1/models`` lists it).
+        max_batch, max_seq_len: the engine's slots and tokens per slot (the context length).
+        max_queue: requests that may wait for a slot; beyond it new ones get 503 + Retry-After.
+        api_key: if set, ``Authorization: Bearer <key>`` is required on /v1/*.
+        retry_after_s: the Retry-After seconds sent with 503.
+    """
+
+    model_name: str
+    max_batch: int
+    max_seq_len: int
+    max_queue: int = 256
+    api_key: str | None = None
+    retry_after_s: int = 1
+
+
+class ServerState:
+    """Engine module + loop + tokenizer of one server."""
+
+    def __init__(self, engine_module: Any, engine: Any, text: TextSide, cfg: ServeConfig):
+        self.mod, self.engine, self.text, self.cfg = engine_module, engine, text, cfg
+        self.metrics = Metrics(cfg.max_batch)
+        self.loop = EngineLoop(engine_module.Scheduler(engine), self.metrics, cfg.max_batch, cfg.max_seq_len)
+        self.active = 0  # requests submitted and not yet finished (asyncio side only)
+        self.created = int(time.time())
+
+    # ---- checks ---------------------------------------------------------------------
+    def check_model(self, model: str) -> None:
+        """Raises ApiError 400 for a model id this server does not serve."""
+        if model != self.cfg.model_name:
+            raise ApiError(400, f"model {model!r} is not served here; use {self.cfg.model_name!r} (GET /v1/models)",
+                           param="model", code="model_not_found")
+
+    def sampling_params(self, req: Any, prompt: list[int], max_tokens: int | None, logprobs: int | None) -> Any:
+        """The engine's ``SamplingParams`` for a request, after the checks.
+
+        Raises:
+            ApiError 400: empty prompt, prompt ids outside the vocab, a prompt longer than the
+                context, max_tokens < 1 or beyond the context, n != 1, bad sampling values.
+        """
+        ctx, vocab = self.cfg.max_seq_len, self.engine.dims.vocab_size
+        if req.n != 1:
+            raise ApiError(400, f"n={req.n}: only n=1 is supported; send n requests", param="n")
+        if not prompt:
+            raise ApiError(400, "the prompt is empty; send at least one token", param="prompt")
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise ApiError(400, f"prompt token ids outside [0, {vocab}): {bad[:5]}", param="prompt")
+        if len(prompt) >= ctx:
+            raise ApiError(400, f"the prompt has {len(prompt)} tokens; this server's context is {ctx} tokens "
+                           "(prompt + output); shorten it", param="prompt", code="context_length_exceeded")
+        if max_tokens is None:
+            max_tokens = ctx - len(prompt) + 1
+        if max_tokens < 1:
+            raise ApiError(400, f"max_tokens={max_tokens} must be at least 1", param="max_tokens")
+        if len(prompt) + max_tokens - 1 > ctx:
+            raise ApiError(400, f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context of {ctx} "
+                           "tokens; lower max_tokens", param="max_tokens", code="context_length_exceeded")
+        temp = 1.0 if req.temperature is None else req.temperature
+        if not 0.0 <= temp <= 2.0:
+            raise ApiError(400, f"temperature={temp} must be in [0, 2]", param="temperature")
+        top_k = 0 if req.top_k in (None, -1) else req.top_k
+        stops = tuple(req.stop_token_ids or ()) + (() if req.ignore_eos else self.text.stop_ids)
+        try:
+            return self.mod.SamplingParams(
+                max_tokens=max_tokens, temperature=temp, top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k,
+                seed=req.seed, ignore_eos=True, stop_token_ids=tuple(dict.fromkeys(stops)), logprobs=logprobs,
+            )
+        except ValueError as err:
+            raise ApiError(400, str(err).replace("SamplingParams.", ""), param=_param_of(str(err))) from None
+
+    def admit(self) -> None:
+        """Raises ApiError 503 (with Retry-After) when max_batch + max_queue requests are in flight."""
+        if self.active >= self.cfg.max_batch + self.cfg.max_queue:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise ApiError(503, f"the server is full ({self.active} requests in flight, queue limit {self.cfg.max_queue}); "
+                           "retry later", code="queue_full", headers={"Retry-After": str(self.cfg.retry_after_s)})
+
+    # ---- the bridge -------------------------------------------------------------------
+    async def run(self, prompt: list[int], params: Any) -> AsyncIterator[Any]:
+        """Submit and yield the request's ``StepOutput`` s until it finishes; closing the
+        generator early (stop string, client gone, cancellation) aborts it on the engine thread.
+
+        Raises:
+            ApiError: 503 when full (before submitting), 400 if the scheduler refuses the request,
+                500 if a step failed.
+        """
+        self.admit()
+        rid = uuid.uuid4().hex
+        q: asyncio.Queue = asyncio.Queue()
+        aloop = asyncio.get_running_loop()
+        self.active += 1
+        self.metrics.prompt_tokens.inc(len(prompt))
+        self.loop.submit(rid, prompt, params, lambda item: aloop.call_soon_threadsafe(q.put_nowait, item))
+        finished = False
+        t0 = last = time.perf_counter()
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, ValueError):
+                    finished = True
+                    raise ApiError(400, str(item))
+                if isinstance(item, Exception):
+                    finished = True
+                    raise ApiError(500, str(item))
+                now = time.perf_counter()
+                if item.new_tokens:
+                    (self.metrics.ttft if item.output_tokens == 1 else self.metrics.tpot).observe(now - (t0 if item.output_tokens == 1 else last))
+                    self.metrics.generation_tokens.inc(len(item.new_tokens))
+                    last = now
+                if item.finished:
+                    finished = True
+                    self.metrics.finished.labels(item.finish_reason or "unknown").inc()
+                yield item
+                if finished:
+                    return
+        finally:
+            self.active -= 1
+            if not finished:
+                self.loop.abort(rid)
+
+
+def _param_of(message: str) -> str | None:
+    for name in ("max_tokens", "temperature", "top_p", "top_k", "seed", "logprobs", "stop_token_ids"):
+        if name in message:
+            return name
+    return None
