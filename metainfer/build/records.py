@@ -79,14 +79,21 @@ class RunRecord:
 
     @classmethod
     def open(cls, runs_dir: Path, run: str) -> "RunRecord":
-        """Open an existing run by id (a folder in ``runs_dir``) or by path.
+        """Open an existing run by path, by id (a folder in ``runs_dir``) or by a unique part of its id.
 
         Raises:
-            BuildError: no such run folder, or its ``run.json`` is missing or of another schema.
+            BuildError: no such run folder, several runs match, or its ``run.json`` is missing or of another schema.
         """
         path = Path(run)
         if not (path / "run.json").is_file():
             path = runs_dir / run
+        if not (path / "run.json").is_file() and runs_dir.is_dir() and "/" not in run:
+            matches = sorted(p.parent for p in runs_dir.glob(f"*{run}*/run.json"))
+            if len(matches) == 1:  # a unique part of a run id (its time stamp, or the target) is enough
+                path = matches[0]
+            elif len(matches) > 1:
+                raise BuildError(f"{run!r} matches {len(matches)} runs in {runs_dir}: "
+                                 f"{', '.join(m.name for m in matches[-5:])}; give more of the run id")
         f = path / "run.json"
         if not f.is_file():
             known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []

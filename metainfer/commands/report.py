@@ -1,4 +1,4 @@
-"""``metainfer report RUN``: print a run's summary table and the path of its HTML summary."""
+"""``metainfer report RUN``: rewrite a run's HTML report from its records, print its summary table and the report's path."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import typer
 
 
 def report(
-    run: str = typer.Argument(..., help="run id (a folder under --runs-dir) or the run folder's path"),
+    run: str = typer.Argument(..., help="run folder's path, run id (a folder under --runs-dir), or a unique part of the id"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder of run records (relative to the repo root)"),
 ) -> None:
-    """Print the summary table of a build run (regenerating summary.md/.html from its records) and the HTML's path."""
+    """Write a build run's HTML report (summary.html, iter-NNN/report.html, plots) from its records; print the summary
+    table and the report's path (open it in a browser)."""
     from metainfer.build import RunRecord, summary_markdown, write_summary
     from metainfer.build.config import find_repo_root
 
