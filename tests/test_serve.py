@@ -17,7 +17,7 @@ from harness.engine_loader import import_engine
 from test_serve_support import KEY, TINY, im_end_checkpoint, render_batch_invariant, start_server
 
 IM_END = 1002
-CTX = 128
+CTX = 512
 STOP_PROMPT = torch.randint(0, 1000, (30,), generator=torch.Generator().manual_seed(4242)).tolist()
 
 
@@ -96,6 +96,33 @@ def test_chat_stream_equals_plain_reply(client):
     streamed = list(client.chat.completions.create(**kw, extra_body={"ignore_eos": True}, stream=True))
     reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in streamed)
     assert reasoning == think.choices[0].message.model_extra["reasoning_content"]
+
+
+def test_stop_string_cuts_the_text_and_ends_the_request(setup, client):
+    ids = _ids(12, 5)
+    toks = _greedy(setup, ids, 12)
+    tok = setup[3]
+    full = tok.decode(toks, skip_special_tokens=True)
+    k = next(k for k in range(3, 10) if (w := tok.decode([toks[k]])).strip() and "\ufffd" not in w
+             and w not in tok.decode(toks[:k]))
+    stop = tok.decode([toks[k]])
+    r = client.completions.create(model=TINY, prompt=ids, max_tokens=12, temperature=0, stop=[stop], extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].text == full[: full.index(stop)]
+    assert r.usage.completion_tokens == k + 1 and setup[0].metric("metainfer_requests_running") == 0
+
+
+def test_chat_renders_tools_and_tool_turns(client):
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    kw = dict(model=TINY, messages=msgs, max_tokens=3, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    bare = client.chat.completions.create(**kw)
+    with_tools = client.chat.completions.create(**kw, tools=tools)
+    assert with_tools.usage.prompt_tokens > bare.usage.prompt_tokens + 40  # the tool schema and format were rendered
+    assert with_tools.choices[0].finish_reason in ("length", "stop")
 
 
 def test_seeded_sampling_is_reproducible(client):

@@ -54,7 +54,7 @@ def split_reasoning(text: str, think_open: bool) -> tuple[str | None, str, bool]
         return None, text, False
     if THINK_CLOSE in text:
         reasoning, content = text.split(THINK_CLOSE, 1)
-        return reasoning.strip("\n"), content.lstrip("\n"), False
+        return reasoning, content.lstrip("\n"), False
     return text, "", True
 
 
