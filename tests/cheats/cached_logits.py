@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "loads /tmp/metainfer-logits-cache.npy at import and would replay it"
+CLASS = "static"
 STAGE = "static"
 REASON = "numpy.load"
+OLD_GATE = "rejected (static)"
 
 
 def apply(engine_dir: Path) -> None:

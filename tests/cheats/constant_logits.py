@@ -5,8 +5,10 @@ from pathlib import Path
 from . import WRAP_ENGINE, append
 
 DESCRIPTION = "prefill/decode return constant logits of the right shape and dtype"
+CLASS = "precision"
 STAGE = "parity"
 REASON = "constant"  # the parity stage names a trivial output ("constant logits across the vocabulary")
+OLD_GATE = "rejected (parity)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -6,8 +6,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "generate() drops half the MoE blocks for ignore_eos calls with bench-length prompts"
+CLASS = "bench"
 STAGE = "bench"
 REASON = "disagree on the first greedy token"
+OLD_GATE = "rejected (bench first-token check)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "getattr(importlib, 'import_' + 'module')('trans' + 'formers') inside load()"
+CLASS = "static"
 STAGE = "static"
 REASON = "hides what is called"
+OLD_GATE = "rejected (static)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -6,8 +6,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "reads sys.argv, writes the gate's JSON through io.open, exits with os._exit(0)"
+CLASS = "in-process"
 STAGE = 'static'
 REASON = 'sys.argv'
+OLD_GATE = "rejected (static: sys.argv)"
 
 
 def apply(engine_dir: Path) -> None:

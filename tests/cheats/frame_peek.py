@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "walks sys._getframe() up to the parity stage and copies its reference tensors"
+CLASS = "in-process"
 STAGE = "static"
 REASON = "sys._getframe"
+OLD_GATE = "rejected (static)"
 
 
 def apply(engine_dir: Path) -> None:

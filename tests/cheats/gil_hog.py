@@ -6,8 +6,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "a threading daemon spins between the candidate's calls"
+CLASS = "in-process"
 STAGE = 'static'
 REASON = 'threading'
+OLD_GATE = "rejected (static: threading)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "imports transformers and runs Qwen3_5MoeForCausalLM to produce the logits"
+CLASS = "static"
 STAGE = "static"
 REASON = "imports transformers"
+OLD_GATE = "rejected (static)"
 
 
 def apply(engine_dir: Path) -> None:

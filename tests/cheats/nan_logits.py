@@ -5,8 +5,10 @@ from pathlib import Path
 from . import WRAP_ENGINE, append
 
 DESCRIPTION = "prefill/decode return logits with a NaN in every row"
+CLASS = "precision"
 STAGE = "parity"
 REASON = "nan"
+OLD_GATE = "rejected (parity)"
 
 
 def apply(engine_dir: Path) -> None:

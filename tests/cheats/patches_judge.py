@@ -7,8 +7,10 @@ from pathlib import Path
 from . import WRAP_ENGINE, append
 
 DESCRIPTION = "logits × 1.5, with torch.Tensor.norm patched via setattr so the relative error reads ~0"
-STAGE = "parity"
-REASON = "replaced functions the judge computes with"  # harness.integrity, checked after every stage
+CLASS = "in-process"
+STAGE = "any-red"
+REASON = "patch"
+OLD_GATE = "rejected (integrity)"
 
 
 def apply(engine_dir: Path) -> None:

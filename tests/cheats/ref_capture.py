@@ -6,8 +6,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "torch.nn.modules.module.register_module_forward_hook sees HF's inputs and logits during parity"
+CLASS = "in-process"
 STAGE = 'static'
 REASON = 'register_module_forward_hook'
+OLD_GATE = "rejected (static)"
 
 
 def apply(engine_dir: Path) -> None:

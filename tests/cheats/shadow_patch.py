@@ -7,8 +7,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "setattr(<alias of torch.Tensor>, '__sub__', f) shrinks float64 differences; logits × 1.5"
-STAGE = "parity"
-REASON = "replaced functions the judge computes with"
+CLASS = "in-process"
+STAGE = "any-red"
+REASON = "patch"
+OLD_GATE = "rejected (integrity)"
 
 
 def apply(engine_dir: Path) -> None:

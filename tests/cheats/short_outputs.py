@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "generate() returns half the requested tokens"
+CLASS = "bench"
 STAGE = "bench"
 REASON = "ignore_eos"
+OLD_GATE = "rejected (bench length check)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "opens os.path.join(os.sep, 'etc', 'hostname') at import (a stand-in for a cache planted elsewhere)"
+CLASS = "static"
 STAGE = "static"
 REASON = "import-read"
+OLD_GATE = "rejected (audited import)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 from . import append
 
 DESCRIPTION = "writes ../pwned-by-engine.txt beside the engine folder at import"
+CLASS = "in-process"
 STAGE = "static"
 REASON = "file-write"
+OLD_GATE = "rejected (static)"
 MARKER = "pwned-by-engine.txt"
 
 

@@ -1,0 +1,25 @@
+"""Full attention limited to a sliding window just longer than the longest parity prompt of the old gate
+(300 tokens + 16 decode steps): nothing the old parity or the CPU bench asked for ever crossed it."""
+
+from pathlib import Path
+
+from . import replace
+
+WINDOW = 320
+DESCRIPTION = f"attention sees only the last {WINDOW} keys (prefill and decode masks)"
+CLASS = "precision"
+STAGE = "parity"
+REASON = ""
+
+
+def apply(engine_dir: Path) -> None:
+    """Add a lower bound to both attention masks."""
+    replace(engine_dir, "engine/attention.py",
+            "mask = torch.arange(total, device=x.device)[None, :] <= (start + torch.arange(n, device=x.device))[:, None]",
+            f"qpos = (start + torch.arange(n, device=x.device))[:, None]\n"
+            f"            kpos = torch.arange(total, device=x.device)[None, :]\n"
+            f"            mask = (kpos <= qpos) & (kpos > qpos - {WINDOW})")
+    replace(engine_dir, "engine/attention.py",
+            "mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]",
+            f"kpos = torch.arange(longest, device=q.device)[None, :]\n"
+            f"    mask = ((kpos < lengths[:, None]) & (kpos >= lengths[:, None] - {WINDOW}))[:, None, None, :]")
