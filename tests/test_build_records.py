@@ -99,3 +99,29 @@ def test_failed_baseline_is_not_called_rejected(tmp_path):
     page = write_summary(rec).read_text()
     row = page.split('id="iter-0"')[1].split("</tr>")[0]
     assert "baseline failed" in row and "rejected" not in row
+
+
+def test_profile_and_per_layer_parity_are_plotted_when_the_gate_recorded_them(tmp_path):
+    from metainfer.build.decision import figures
+
+    rec = RunRecord.create(tmp_path, "m-nvfp4-h200", {"agent": "offline", "seed": 0, "branch": "b", "iterations": 1})
+    g = _gate()
+    g["bench"]["scaled_down"] = False
+    g["device"] = "cuda"
+    g["parity"]["prompts"] = [{"name": "len0017/alone", "layer_errors": [0.0, 0.001, 0.002, 0.004]},
+                              {"name": "len0063/alone", "layer_errors": None}]
+    g["profile"] = {"phases": {"decode": {"ops": [{"op": "moe_nvfp4", "ms": 1.02, "calls": 80, "roofline_fraction": 0.41},
+                                                   {"op": "gdn_step", "ms": 0.11, "calls": 30, "roofline_fraction": 0.2}]},
+                               "prefill": {"ops": [{"op": "gdn_chunk", "ms": 12.5, "calls": 30, "roofline_fraction": None}]}}}
+    d = rec.iter_dir(0)
+    write_json(d / "gate.json", g)
+    write_json(d / "report.json", {"iteration": 0, "accepted": True, "summary": "baseline", "reason": "ok",
+                                   "figures": figures(g), "cumulative_speedup": 1.0, "gate": {"ok": True, "seconds": 9.0}})
+    write_summary(rec)
+    page = (d / "report.html").read_text()
+    assert (d / "profile.png").read_bytes()[:4] == b"\x89PNG" and (d / "layers.png").read_bytes()[:4] == b"\x89PNG"
+    assert 'src="profile.png"' in page and 'src="layers.png"' in page
+    rows = page.split('id="profile"')[1].split("</table>")[0]
+    assert rows.index("moe_nvfp4") < rows.index("gdn_step")  # largest first within a phase
+    assert "0.410" in rows and "n/a (CPU)" not in page  # a GPU profile's roofline is a figure
+    assert ">0.012<" in page.split('id="workloads"')[1].split("</table>")[0]  # and so is the bench's
