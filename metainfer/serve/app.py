@@ -57,7 +57,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        alive = state.loop._thread.is_alive()
+        alive = state.loop.alive
         return JSONResponse({"status": "ok" if alive else "engine thread stopped"}, status_code=200 if alive else 503)
 
     @app.get("/metrics")

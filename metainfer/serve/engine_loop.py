@@ -60,6 +60,11 @@ class EngineLoop:
         self._inbox.put(None)
         self._thread.join(timeout=30)
 
+    @property
+    def alive(self) -> bool:
+        """True while the loop thread runs."""
+        return self._thread.is_alive()
+
     def submit(self, request_id: Hashable, prompt: list[int], params: Any, sink: Sink) -> None:
         """Queue a request (thread-safe)."""
         self._inbox.put(_Add(request_id, prompt, params, sink))
