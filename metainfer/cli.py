@@ -59,12 +59,16 @@ _register_commands()
 
 
 def main() -> None:
-    """Console entry point: run the app; a ``MetainferError`` becomes a one-line message and exit status 2."""
+    """Console entry point: run the app; a ``MetainferError`` becomes a one-line message and exit status 2, Ctrl-C
+    exit status 130 without a traceback."""
     try:
         app()
     except MetainferError as err:
         typer.secho(f"error: {err}", fg="red", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: the command cleaned up on the way out and said what it left
+        typer.secho("interrupted", fg="yellow", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_ctrl_c_during_a_checkpoint_write_removes_the_partial_files(tmp_path):
     _interrupt_when(proc, lambda: any(out.glob("model-*.tmp.safetensors")))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
-    assert "interrupted: removed the partial checkpoint folder" in err and str(out) in err
+    assert "interrupted: removed the partial checkpoint folder" in err and str(out) in err and "Traceback" not in err
     assert not out.exists()
 
 
