@@ -31,7 +31,8 @@ FORBIDDEN_ROOTS: dict[str, str] = {
     **dict.fromkeys(("zipimport", "runpy", "imp", "pkgutil", "code", "codeop", "py_compile", "compileall", "site",
                      "timeit", "_io", "_imp", "tempfile"),
                     "loads, compiles or runs code that is not the engine's .py source, or writes files"),
-    **dict.fromkeys(("threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal"),
+    **dict.fromkeys(("sqlite3", "dbm", "zipfile", "tarfile"), "writes files"),
+    **dict.fromkeys(("threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal", "faulthandler"),
                     "threads and hooks keep running while the other engine is timed (see harness/static_rules.py)"),
 }
 #: Submodules refused although their root is allowed (importlib.import_module of the engine's own modules is fine).
@@ -39,6 +40,7 @@ FORBIDDEN_MODULES: dict[str, str] = {
     **dict.fromkeys(("importlib.machinery", "importlib.util", "importlib.abc", "importlib._bootstrap",
                      "importlib._bootstrap_external"), "module loaders run files that are not the engine's .py source"),
     "torch.utils.cpp_extension": "builds and loads native extension modules",
+    "logging.handlers": "writes files", "torch.utils.tensorboard": "writes files",
 }
 ALLOWED_METAINFER = ("metainfer.checkpoint", "metainfer.formats")
 
@@ -52,10 +54,13 @@ FORBIDDEN_CALLS: dict[str, str] = {
                      "os.write", "os.pwrite", "os.writev",
                      "os.remove", "os.unlink", "os.rename", "os.renames", "os.replace", "os.makedirs", "os.mkdir",
                      "os.rmdir", "os.removedirs", "os.chmod", "os.chown", "os.symlink", "os.link", "os.truncate",
-                     "os.utime", "os.mkfifo", "os.mknod", "pathlib.Path.write_text", "pathlib.Path.write_bytes"),
+                     "os.utime", "os.mkfifo", "os.mknod", "pathlib.Path.write_text", "pathlib.Path.write_bytes",
+                     "logging.FileHandler", "logging.basicConfig", "torch.jit.save", "torch.export.save", "torch.onnx.export",
+                     "torch.cuda.memory._dump_snapshot"),
                     "an engine writes no files"),
     **dict.fromkeys(("os.system", "os.popen", "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.startfile",
-                     "os.getppid", "os.register_at_fork"), "processes are off limits"),
+                     "os.getppid", "os.register_at_fork", "os.setsid", "os.setpgid", "os.setpgrp"),
+                    "processes are off limits"),
     **dict.fromkeys(("os._exit", "os.abort", "sys.exit", "exit", "quit"),
                     "an engine never ends the process (the judge decides and writes the verdict)"),
     **dict.fromkeys(("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
@@ -81,7 +86,7 @@ FORBIDDEN_ATTRS: dict[str, str] = {
     **dict.fromkeys(("sys.modules", "sys.path", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache",
                      "builtins.__dict__", "sys.__dict__", "os.__dict__", "io.__dict__", "importlib.__dict__"),
                     "the import system and module namespaces are off limits"),
-    **dict.fromkeys(("sys.excepthook", "sys.unraisablehook", "sys.displayhook", "sys.breakpointhook"),
+    **dict.fromkeys(("sys.excepthook", "sys.unraisablehook", "sys.displayhook", "sys.breakpointhook", "sys.setswitchinterval"),
                     "process-wide hooks are off limits"),
 }
 #: Attribute names refused on any object: frames, code objects, function globals, the class tree.
@@ -91,7 +96,7 @@ INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "gi_fram
 FORBIDDEN_NAMES = {"__builtins__", "__loader__"}
 #: Path methods that change the file system (pathlib only; names with other common meanings are not here).
 WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "symlink_to", "hardlink_to", "chmod",
-                 "lchmod", "tofile", "link_to"}
+                 "lchmod", "tofile", "link_to", "export_chrome_trace", "export_stacks"}
 #: setattr on objects under these roots patches what the judge computes with
 PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
 #: Modules whose attributes, looked up by a computed name or through their namespace, reach any import, file or process.

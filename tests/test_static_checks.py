@@ -113,6 +113,11 @@ BAD = [
     ("import tempfile", "forbidden-import", "tempfile"),
     ("import timeit", "forbidden-import", "timeit"),
     ("import posix", "forbidden-import", "posix"),
+    ("import logging\nH = logging.FileHandler('x.log')", "file-write", "logging.FileHandler"),
+    ("import zipfile", "forbidden-import", "zipfile"),
+    ("import sqlite3", "forbidden-import", "sqlite3"),
+    ("def f(prof):\n    prof.export_chrome_trace('t.json')", "file-write", "export_chrome_trace"),
+    ("import sys\nsys.setswitchinterval(10.0)", "forbidden-call", "setswitchinterval"),
 ]
 
 
@@ -155,6 +160,7 @@ ALLOWED = [
     "import os\nV = os.environ.get('TRITON_INTERPRET', '0')",
     "import importlib\nHAS = importlib.import_module('triton') is not None",
     "P = 'processed'\nQ = {'proc_count': 1}",
+    "import logging\nLOG = logging.getLogger(__name__)\ndef f():\n    LOG.info('loaded')",
 ]
 
 
