@@ -61,7 +61,7 @@ def upgrade(
                             repair_attempts=repair_attempts, iterations=iterations, resume=resume, **common)
         rec = run_upgrade(cfg)
     typer.echo(f"run record: {rec.path}\nupgrade report: {rec.path / 'upgrade.md'}\nhtml: {rec.path / 'upgrade.html'}")
-    if rec.state["status"] in ("failed", "beyond-template"):
+    if rec.state["status"] in ("failed", "beyond-template", "refused"):
         sys.exit(1)
 
 

@@ -9,9 +9,13 @@ committed: the branch is unchanged.
 
 from __future__ import annotations
 
+import io
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
+
+import git
 
 from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildError, find_repo_root
 from metainfer.build.decision import decide_baseline, figures
@@ -68,11 +72,7 @@ def reweigh(target: str, checkpoint: Path, *, runs_dir: Path = Path("runs"), see
             return rec
         d = rec.iter_dir(0)
         with tempfile.TemporaryDirectory(prefix="metainfer-reweigh-") as tmp:
-            data = __import__("git").Repo(root).git.archive("--format=tar", old.head, "--", old.engine_rel,
-                                                            stdout_as_string=False)
-            import io
-            import tarfile
-
+            data = git.Repo(root).git.archive("--format=tar", old.head, "--", old.engine_rel, stdout_as_string=False)
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 tar.extractall(tmp, filter="data")
             engine = Path(tmp) / old.engine_rel

@@ -15,12 +15,16 @@ old branch is only read.
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import git
+
 from metainfer.agents import AGENTS, BudgetExceeded, default_agent_name, get_agent
-from metainfer.build.config import BuildConfig, BuildError, worktree_path
+from metainfer.build.config import BuildConfig, BuildError
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
 from metainfer.build.report import write_summary
@@ -29,7 +33,7 @@ from metainfer.build.session import Session
 from metainfer.upgrade import plan
 from metainfer.upgrade.baseline import render_and_gate
 from metainfer.upgrade.report import write_upgrade_report
-from metainfer.upgrade.steps import RetuneAgent, agent_step, carry, old_patch, apply_3way
+from metainfer.upgrade.steps import RetuneAgent, agent_step, apply_3way, carry
 
 
 @dataclass
@@ -95,7 +99,7 @@ def run_upgrade(cfg: UpgradeConfig, progress: Progress | None = None) -> RunReco
         up = _initial_state(old, new, fd, cfg)
         if fd.cls == "beyond":
             return _stop_beyond(bc, new, up, progress)
-        if new.branch in [h.name for h in __import__("git").Repo(root).heads]:
+        if new.branch in [h.name for h in git.Repo(root).heads]:
             raise BuildError(f"{new.branch} exists already; resume its upgrade with `metainfer upgrade --resume RUN` "
                              f"or delete the branch (`git branch -D {new.branch}`) to start again")
         bc.model, bc.quant, bc.gpu = new.model.source, new.quant.name, new.gpu.name
@@ -185,7 +189,7 @@ def _drive(s: Session, progress: Progress) -> RunRecord:
                 use_retune = up["retune_left"] > 0
                 i, call = st["next_iteration"], up["agent_calls"] + 1
                 _begin(s, i)
-                res = agent_step(s, retune if use_retune else agent, i, call, "re-tune" if use_retune else "build")
+                agent_step(s, retune if use_retune else agent, i, call, "re-tune" if use_retune else "build")
                 up["agent_calls"] = call
                 up["retune_left"] -= 1 if use_retune else 0
                 _end(s, i)
@@ -216,8 +220,6 @@ def _agent(s: Session) -> Any:
 
 
 def _begin(s: Session, i: int) -> None:
-    import shutil
-
     shutil.rmtree(s.record.path / f"iter-{i:03d}", ignore_errors=True)
     s.record.state["in_flight"] = {"iteration": i, "gate_pid": None}
     s.save()
@@ -292,8 +294,6 @@ def _reconcile(s: Session) -> None:
             continue
         f = s.record.path / f"iter-{cur['iteration']:03d}" / "report.json"
         if f.is_file() and st["next_iteration"] > cur["iteration"]:
-            import json
-
             rep = json.loads(f.read_text())
             _record_attempt(entry, cur["iteration"], cur["kind"], rep, None)
         else:
