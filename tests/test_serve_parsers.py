@@ -70,3 +70,20 @@ def test_detokenizer_holds_partial_characters_and_stops():
     assert d.push(list(b"OP and more")) == "" and d.stopped and d.text == "héllo wörld "
     d2 = Detokenizer(side, ["STOP"])
     assert "".join(d2.push([b]) for b in "ST is not it".encode()) + d2.push([], final=True) == "ST is not it"
+
+
+def test_incremental_detokenizer_gives_the_whole_decode(tiny_checkpoint):
+    """Token by token (random ids: byte tokens that split characters, merges, specials, fillers)
+    the streamed text is exactly the decode of all ids at once."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint("bf16"))
+    side = TextSide(tok, ())
+    utf8 = list(tok.encode("é日本🙂 wörld"))  # multi-byte characters split across byte tokens
+    for seed in range(20):
+        ids = torch.randint(0, len(tok), (60,), generator=torch.Generator().manual_seed(seed)).tolist()
+        ids[10:10] = utf8
+        d = Detokenizer(side, [])
+        out = "".join(d.push([t]) for t in ids) + d.push([], final=True)
+        assert out == tok.decode(ids, skip_special_tokens=True), seed

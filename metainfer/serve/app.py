@@ -7,6 +7,7 @@ A malformed body is a 400 (FastAPI's 422 rewritten into the OpenAI shape).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from contextlib import asynccontextmanager
 
@@ -25,6 +26,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        state.bind(asyncio.get_running_loop())
         state.loop.start()
         try:
             yield

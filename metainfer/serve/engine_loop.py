@@ -1,9 +1,11 @@
 """The one thread that drives the engine: ``Scheduler.step()`` in a loop, fed by a thread-safe inbox.
 
-HTTP handlers (asyncio) never touch the engine: they ``submit`` a request with a sink (a
-callable run on the engine thread with each ``StepOutput``, or a ``ValueError`` if the scheduler
-refuses the request, or a ``RuntimeError`` if a step fails) and ``abort`` it; both are queued and
-applied between steps, so an abort frees its slot before the next step runs.
+HTTP handlers (asyncio) never touch the engine: they ``submit`` a request with a sink and
+``abort`` it; both are queued and applied between steps, so an abort frees its slot before the
+next step runs. After each step the loop hands all ``(sink, item)`` pairs of that step to
+``post`` in one call (the server posts them to its event loop once per step, not once per
+request); an item is a ``StepOutput``, a ``ValueError`` if the scheduler refused the request, or
+a ``RuntimeError`` if a step failed. The default ``post`` calls each sink with its item.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Callable, Hashable
 
 from metainfer.serve.metrics import Metrics
 
-Sink = Callable[[Any], None]
+Sink = Any
+Post = Callable[[list[tuple[Sink, Any]]], None]
 
 
 @dataclass
@@ -49,6 +52,7 @@ class EngineLoop:
         self._sinks: dict[Hashable, Sink] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
+        self.post: Post = lambda pairs: [sink(item) for sink, item in pairs]
 
     def start(self) -> None:
         """Start the loop thread."""
@@ -88,12 +92,13 @@ class EngineLoop:
                 continue
             self.steps += 1
             self.metrics.step_seconds.observe(time.perf_counter() - t0)
+            pairs = []
             for out in outs:
-                sink = self._sinks.get(out.request_id)
-                if out.finished:
-                    self._sinks.pop(out.request_id, None)
+                sink = self._sinks.pop(out.request_id, None) if out.finished else self._sinks.get(out.request_id)
                 if sink is not None:
-                    sink(out)
+                    pairs.append((sink, out))
+            if pairs:
+                self.post(pairs)
             self._gauges()
 
     def _drain(self, block: bool) -> None:
@@ -109,7 +114,7 @@ class EngineLoop:
                 try:
                     self.scheduler.add_request(item.request_id, item.prompt, item.params)
                 except ValueError as err:
-                    item.sink(err)
+                    self.post([(item.sink, err)])
                     continue
                 self._sinks[item.request_id] = item.sink
             elif isinstance(item, _Abort) and self.scheduler.abort(item.request_id):
@@ -121,8 +126,8 @@ class EngineLoop:
         self.scheduler.abort_all()
         self.scheduler.step()  # reports the aborts; nothing else is live
         sinks, self._sinks = self._sinks, {}
-        for sink in sinks.values():
-            sink(RuntimeError(f"the engine failed during a step: {type(err).__name__}: {err}"))
+        failure = RuntimeError(f"the engine failed during a step: {type(err).__name__}: {err}")
+        self.post([(sink, failure) for sink in sinks.values()])
         self._gauges()
 
     def _gauges(self) -> None:

@@ -46,6 +46,15 @@ class ServerState:
         self.active = 0  # requests submitted and not yet finished (asyncio side only)
         self.created = int(time.time())
 
+    def bind(self, aloop: asyncio.AbstractEventLoop) -> None:
+        """Deliver the engine thread's outputs on ``aloop``: one ``call_soon_threadsafe`` per step."""
+
+        def deliver(pairs: list[tuple[asyncio.Queue, Any]]) -> None:
+            for q, item in pairs:
+                q.put_nowait(item)
+
+        self.loop.post = lambda pairs: aloop.call_soon_threadsafe(deliver, pairs)
+
     # ---- checks ---------------------------------------------------------------------
     def check_model(self, model: str) -> None:
         """Raises ApiError 400 for a model id this server does not serve."""
@@ -110,10 +119,9 @@ class ServerState:
         self.admit()
         rid = uuid.uuid4().hex
         q: asyncio.Queue = asyncio.Queue()
-        aloop = asyncio.get_running_loop()
         self.active += 1
         self.metrics.prompt_tokens.inc(len(prompt))
-        self.loop.submit(rid, prompt, params, lambda item: aloop.call_soon_threadsafe(q.put_nowait, item))
+        self.loop.submit(rid, prompt, params, q)
         finished = False
         t0 = last = time.perf_counter()
         try:

@@ -106,9 +106,12 @@ def _parse_tool_arguments(m: dict) -> dict:
 class Detokenizer:
     """Output text of one request, grown token by token, cut at the first stop string.
 
-    ``push(ids)`` returns the text that became final (a stop string's possible beginning and a
-    half-decoded character are held back until known); ``stopped`` is True once a stop string
-    appeared (the text ends before it).
+    Incremental (vLLM's scheme): each push decodes only the ids from ``prefix_offset`` on and
+    keeps what the new ids added beyond the text of ``ids[prefix_offset:read_offset]``, so a
+    step costs a few tokens' decode, not the whole reply's; a half-decoded character (U+FFFD at
+    the end) waits for the next token. ``push(ids)`` returns the text that became final (a stop
+    string's possible beginning is held back until known); ``stopped`` is True once a stop string
+    appeared (``text`` ends before it).
     """
 
     text_side: TextSide
@@ -117,18 +120,27 @@ class Detokenizer:
     text: str = ""
     sent: int = 0
     stopped: bool = False
+    prefix_offset: int = 0
+    read_offset: int = 0
 
     def push(self, ids: list[int], *, final: bool = False) -> str:
         """Add ``ids``; returns newly final text (all the rest when ``final``)."""
+        if self.stopped:
+            return ""
         self.ids += ids
-        full = self.text_side.decode(self.ids)
-        hold = 0 if final else (1 if full.endswith("\ufffd") else 0)
+        decode = self.text_side.decode
+        prefix = decode(self.ids[self.prefix_offset : self.read_offset])
+        window = decode(self.ids[self.prefix_offset :])
+        if len(window) > len(prefix) and (final or not window.endswith("\ufffd")):
+            self.text += window[len(prefix) :]
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        full, hold = self.text, 0
         for s in self.stops:
             at = full.find(s, max(0, self.sent - len(s)))
             if at != -1:
-                full, self.stopped, hold = full[:at], True, 0
+                full, self.stopped = full[:at], True
         if not self.stopped and not final and self.stops:
-            hold = max(hold, max(_overlap(full, s) for s in self.stops))
+            hold = max(_overlap(full, s) for s in self.stops)
         self.text = full
         end = max(self.sent, len(full) - hold)
         new, self.sent = full[self.sent : end], end
