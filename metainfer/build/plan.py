@@ -69,9 +69,10 @@ class BuildPlan:
     def lines(self) -> list[str]:
         """The plan as lines for the terminal."""
         gb = self.checkpoint_bytes / 1e9
+        size = f"{gb:.3g} GB" if gb >= 1 else f"{self.checkpoint_bytes / 1e6:.3g} MB"
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        ck = (f"reuse {self.checkpoint} ({gb:.3g} GB)" if self.checkpoint_action == "reuse"
-              else f"write a synthetic checkpoint, {gb:.3g} GB, to {self.checkpoint} (~{_dur(self.write_s)})")
+        ck = (f"reuse {self.checkpoint} ({size})" if self.checkpoint_action == "reuse"
+              else f"write a synthetic checkpoint, {size}, to {self.checkpoint} (~{_dur(self.write_s)})")
         return [f"plan for {self.target} (dry run: nothing was written)",
                 f"  checkpoint : {ck}",
                 f"  engine     : {self.engine_action} (branch {self.branch}, worktree {self.worktree})",
