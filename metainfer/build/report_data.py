@@ -165,9 +165,12 @@ def _workloads(gate: dict[str, Any], report_fig: dict[str, Any], on_cpu: bool, v
         for name, w in source.items():
             cand, base = w.get("candidate") or {}, w.get("baseline") or {}
             rf = None if on_cpu else as_float(w.get("roofline_fraction"))
-            out.append(WorkloadFigure(name, w.get("unit") or "", bool(w.get("higher_is_better", True)),
-                                      as_float(cand.get("median")), as_float(base.get("median")), as_float(w.get("ratio")),
-                                      as_float(w.get("noise")), as_float(cand.get("spread")), rf, vllm.get(name)))
+            c, b, hib = as_float(cand.get("median")), as_float(base.get("median")), bool(w.get("higher_is_better", True))
+            ratio = as_float(w.get("ratio"))
+            if ratio is None and c and b:  # an older gate JSON: the ratio of the medians
+                ratio = c / b if hib else b / c
+            out.append(WorkloadFigure(name, w.get("unit") or "", hib, c, b, ratio, as_float(w.get("noise")),
+                                      as_float(cand.get("spread")), rf, vllm.get(name)))
     else:
         for name, w in (report_fig.get("workloads") or {}).items():
             c, b, hib = w.get("candidate"), w.get("baseline"), w.get("higher_is_better", True)
