@@ -31,7 +31,7 @@ __all__ = ["DEFAULTS", "causal_conv1d_prefill", "causal_conv1d_prefill_ref", "ca
 
 
 @triton.jit
-def _conv_prefill_kernel(
+def _conv1d_prefill_kernel(
     x_ptr, state_ptr, w_ptr, cu_ptr, slot_ptr, y_ptr,
     N, C, stride_xt, stride_ss, stride_sc, stride_wc, stride_yt,
     W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -82,7 +82,7 @@ def causal_conv1d_prefill_triton(
     if x.stride(-1) != 1:
         x = x.contiguous()
     grid = (max_blocks(t_count, n_seq, block_t), triton.cdiv(c_dim, block_c))
-    _conv_prefill_kernel[grid](
+    _conv1d_prefill_kernel[grid](
         x, conv_state, weight, cu_seqlens, slots, y,
         n_seq, c_dim, x.stride(0), conv_state.stride(0), conv_state.stride(1), weight.stride(0), y.stride(0),
         W=weight.shape[1], BT=block_t, BC=block_c, BLOCK_N=block_n(n_seq), num_warps=num_warps,

@@ -10,11 +10,11 @@ flash-linear-attention's ``chunk_gated_delta_rule`` uses): with gc the in-chunk 
 ``S ← exp(gc_last) S + (exp(gc_last − gc) k)ᵀ v'``.
 
 Kernels (all read cu_seqlens on the device: no host sync, graph-capturable):
-1. ``_prep_kernel`` (chunk, v head): gates, cumsum, A in 16×16 blocks, X by forward substitution on
+1. ``_gdn_prep_kernel`` (chunk, v head): gates, cumsum, A in 16×16 blocks, X by forward substitution on
    the diagonal blocks and block merging, u, w → fp32 scratch.
-2. ``_state_kernel`` (v block, v head, sequence): the sequential pass over a sequence's chunks;
+2. ``_gdn_state_kernel`` (v block, v head, sequence): the sequential pass over a sequence's chunks;
    writes S at each chunk start (fp32 scratch) and v'.
-3. ``_output_kernel`` (chunk, v head, v block): o, rounded to bf16.
+3. ``_gdn_output_kernel`` (chunk, v head, v block): o, rounded to bf16.
 Reference: ``gdn_chunk_prefill_ref`` (torch: gates, then ``kernels.reference_prefill.gdn_chunk_prefill_ref``).
 """
 
@@ -34,7 +34,7 @@ if HAVE_TRITON:
     from ..kernels.gdn import _softplus
 
 #: Launch defaults (tunable through the keywords of ``gdn_chunk_prefill``).
-DEFAULTS = {"block_v": 64, "num_warps": 4, "prep_num_warps": 4}
+DEFAULTS = {"block_v": 64, "state_block_v": 32, "num_warps": 4, "state_num_warps": 4, "prep_num_warps": 8}
 BT = 64  # chunk size of the Triton path (the UT transform is written for 4 blocks of 16)
 
 
@@ -99,12 +99,17 @@ def _dot16(x, y):
 
 
 @triton.jit
+def _dotp(x, y, PREC: tl.constexpr):
+    return tl.dot(x, y, input_precision=PREC)
+
+
+@triton.jit
 def _store_rows(p, b_x, o_r, m_r, stride_t, o_d, m_d):
     tl.store(p + o_r[:, None] * stride_t + o_d[None, :], b_x, mask=m_r[:, None] & m_d[None, :])
 
 
 @triton.jit
-def _prep_kernel(
+def _gdn_prep_kernel(
     k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cu_ptr, u_ptr, w_ptr, gc_ptr,
     N, HV, DK, DV, stride_kt, stride_kh, stride_vt, stride_vh, stride_a, stride_b,
     GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
@@ -162,10 +167,10 @@ def _prep_kernel(
     kb0, kb1, kb2, kb3 = kb0 * tl.exp(g0)[:, None], kb1 * tl.exp(g1)[:, None], kb2 * tl.exp(g2)[:, None], kb3 * tl.exp(g3)[:, None]
     p_w = w_ptr + i_h * DK
     s_w = HV * DK
-    _store_rows(p_w, _dot16(x00, kb0), r0, m0, s_w, o_k, m_k)
-    _store_rows(p_w, _dot16(x10, kb0) + _dot16(x11, kb1), r1, m1, s_w, o_k, m_k)
-    _store_rows(p_w, _dot16(x20, kb0) + _dot16(x21, kb1) + _dot16(x22, kb2), r2, m2, s_w, o_k, m_k)
-    _store_rows(p_w, _dot16(x30, kb0) + _dot16(x31, kb1) + _dot16(x32, kb2) + _dot16(x33, kb3), r3, m3, s_w, o_k, m_k)
+    _store_rows(p_w, _dotp(x00, kb0, PREC), r0, m0, s_w, o_k, m_k)
+    _store_rows(p_w, _dotp(x10, kb0, PREC) + _dotp(x11, kb1, PREC), r1, m1, s_w, o_k, m_k)
+    _store_rows(p_w, _dotp(x20, kb0, PREC) + _dotp(x21, kb1, PREC) + _dotp(x22, kb2, PREC), r2, m2, s_w, o_k, m_k)
+    _store_rows(p_w, _dotp(x30, kb0, PREC) + _dotp(x31, kb1, PREC) + _dotp(x32, kb2, PREC) + _dotp(x33, kb3, PREC), r3, m3, s_w, o_k, m_k)
     # u = X (β v)
     p_v = v_ptr + i_h * stride_vh
     v0 = tl.load(p_v + r0[:, None] * stride_vt + o_v[None, :], mask=m0[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be0[:, None]
@@ -174,14 +179,14 @@ def _prep_kernel(
     v3 = tl.load(p_v + r3[:, None] * stride_vt + o_v[None, :], mask=m3[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be3[:, None]
     p_u = u_ptr + i_h * DV
     s_u = HV * DV
-    _store_rows(p_u, _dot16(x00, v0), r0, m0, s_u, o_v, m_v)
-    _store_rows(p_u, _dot16(x10, v0) + _dot16(x11, v1), r1, m1, s_u, o_v, m_v)
-    _store_rows(p_u, _dot16(x20, v0) + _dot16(x21, v1) + _dot16(x22, v2), r2, m2, s_u, o_v, m_v)
-    _store_rows(p_u, _dot16(x30, v0) + _dot16(x31, v1) + _dot16(x32, v2) + _dot16(x33, v3), r3, m3, s_u, o_v, m_v)
+    _store_rows(p_u, _dotp(x00, v0, PREC), r0, m0, s_u, o_v, m_v)
+    _store_rows(p_u, _dotp(x10, v0, PREC) + _dotp(x11, v1, PREC), r1, m1, s_u, o_v, m_v)
+    _store_rows(p_u, _dotp(x20, v0, PREC) + _dotp(x21, v1, PREC) + _dotp(x22, v2, PREC), r2, m2, s_u, o_v, m_v)
+    _store_rows(p_u, _dotp(x30, v0, PREC) + _dotp(x31, v1, PREC) + _dotp(x32, v2, PREC) + _dotp(x33, v3, PREC), r3, m3, s_u, o_v, m_v)
 
 
 @triton.jit
-def _state_kernel(
+def _gdn_state_kernel(
     k_ptr, u_ptr, w_ptr, gc_ptr, state_ptr, cu_ptr, slot_ptr, h_ptr, vn_ptr,
     N, HV, DK, DV, stride_kt, stride_kh,
     GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
@@ -220,7 +225,7 @@ def _state_kernel(
 
 
 @triton.jit
-def _output_kernel(
+def _gdn_output_kernel(
     q_ptr, k_ptr, gc_ptr, h_ptr, vn_ptr, cu_ptr, o_ptr,
     N, HV, DK, DV, stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, scale,
     GROUP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
@@ -256,11 +261,13 @@ def _output_kernel(
 def gdn_chunk_prefill_triton(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, cu_seqlens: torch.Tensor,
-    slots: torch.Tensor, *, block_v: int = DEFAULTS["block_v"], num_warps: int = DEFAULTS["num_warps"],
-    prep_num_warps: int = DEFAULTS["prep_num_warps"],
+    slots: torch.Tensor, *, block_v: int = DEFAULTS["block_v"], state_block_v: int = DEFAULTS["state_block_v"],
+    num_warps: int = DEFAULTS["num_warps"], state_num_warps: int = DEFAULTS["state_num_warps"],
+    prep_num_warps: int = DEFAULTS["prep_num_warps"], dot_precision: str | None = None,
 ) -> torch.Tensor:
     """Three launches; scratch: u, v' fp32 [T, HV, Dv], w fp32 [T, HV, Dk], gc fp32 [T, HV],
-    per-chunk states fp32 [T/64 + N, HV, Dk, Dv]. Grids are sized from T and N alone."""
+    per-chunk states fp32 [T/64 + N, HV, Dk, Dv]. Grids are sized from T and N alone. Dots on fp32
+    tiles run as ``dot_precision`` (tf32 tensor cores by default; the 16×16 inverse always ieee)."""
     require_triton("gdn_chunk_prefill")
     t_count, hk, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
@@ -279,20 +286,21 @@ def gdn_chunk_prefill_triton(
     h = new_empty((max_chunks, hv, dk, dv), torch.float32, dev)
     bk, bv_full = max(16, triton.next_power_of_2(dk)), max(16, triton.next_power_of_2(dv))
     block_v = max(16, min(block_v, bv_full))
+    state_block_v = max(16, min(state_block_v, bv_full))
     bn = block_n(n_seq)
-    prec = "ieee" if INTERPRET else "tf32"
+    prec = dot_precision or ("ieee" if INTERPRET else "tf32")
     group = hv // hk
-    _prep_kernel[(max_chunks, hv)](
+    _gdn_prep_kernel[(max_chunks, hv)](
         k, v, a, b, A_log, dt_bias, cu_seqlens, u, w, gc,
         n_seq, hv, dk, dv, k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         GROUP=group, BK=bk, BV=bv_full, BLOCK_N=bn, PREC=prec, num_warps=prep_num_warps,
     )
-    _state_kernel[(triton.cdiv(dv, block_v), hv, n_seq)](
+    _gdn_state_kernel[(triton.cdiv(dv, state_block_v), hv, n_seq)](
         k, u, w, gc, state, cu_seqlens, slots, h, vn,
         n_seq, hv, dk, dv, k.stride(0), k.stride(1),
-        GROUP=group, BK=bk, BV=block_v, BLOCK_N=bn, PREC=prec, num_warps=num_warps,
+        GROUP=group, BK=bk, BV=state_block_v, BLOCK_N=bn, PREC=prec, num_warps=state_num_warps,
     )
-    _output_kernel[(max_chunks, hv, triton.cdiv(dv, block_v))](
+    _gdn_output_kernel[(max_chunks, hv, triton.cdiv(dv, block_v))](
         q, k, gc, h, vn, cu_seqlens, o,
         n_seq, hv, dk, dv, q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1), dk**-0.5,
         GROUP=group, BK=bk, BV=block_v, BLOCK_N=bn, PREC=prec, num_warps=num_warps,
@@ -316,7 +324,9 @@ def gdn_chunk_prefill(
             slots: int [N], distinct; chunk_size: the reference's chunk (the kernel's is 64; any
             size gives the same result up to fp32 rounding).
     Returns: o bf16 [T, HV, Dv]; each sequence's final state is written to its slot.
-    Launch keywords (Triton): ``block_v``, ``num_warps``, ``prep_num_warps`` (DEFAULTS).
+    Launch keywords (Triton, DEFAULTS): ``block_v``/``num_warps`` (output kernel), ``state_block_v``/
+    ``state_num_warps`` (the sequential pass: fewer v columns per program, more programs),
+    ``prep_num_warps``; ``dot_precision`` ("tf32" on GPUs by default, "ieee" for fp32-exact dots).
     Backend: Triton when ``kernels`` picks it for this op ("gdn_chunk_prefill"; CUDA tensors by
     default), else ``gdn_chunk_prefill_ref``.
     Raises: ValueError on shape/dtype mismatch (naming the argument).
