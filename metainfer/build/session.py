@@ -69,11 +69,12 @@ def checkpoint_key(model: str, quant: str, seed: int) -> str:
     from metainfer.checkpoint.layout import gdn_fp32
     from metainfer.targets import get_model, get_quant
 
-    from metainfer.checkpoint.init import INIT_VERSION
+    from metainfer.checkpoint import init
 
+    version = getattr(init, "INIT_VERSION", 1)  # the initialisation's version, where init.py declares one
     spec, q = get_model(model), get_quant(quant)
     config = hashlib.sha256(json.dumps([spec.config, gdn_fp32(spec)], sort_keys=True).encode()).hexdigest()[:8]
-    return f"{spec.facts(q).digest}-{config}-{quant}-seed{seed}-init{INIT_VERSION}"
+    return f"{spec.facts(q).digest}-{config}-{quant}-seed{seed}-init{version}"
 
 
 def checkpoint_cache_path(root: Path, model: str, quant: str, seed: int) -> Path:
