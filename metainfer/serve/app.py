@@ -11,7 +11,7 @@ import asyncio
 import hmac
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -47,15 +47,13 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse(ApiError(400, f"invalid request body: {where}: {first.get('msg', err)}", param=where or None).body(),
                             status_code=400)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
+    def auth(request: Request) -> None:
+        """Raises ApiError 401 unless the request carries the server's API key (when one is set)."""
         key = state.cfg.api_key
-        if key and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                err = ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'", code="invalid_api_key")
-                return JSONResponse(err.body(), status_code=401)
-        return await call_next(request)
+        if key and not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {key}".encode()):
+            raise ApiError(401, "missing or wrong API key; send 'Authorization: Bearer <key>'", code="invalid_api_key")
+
+    v1 = [Depends(auth)]
 
     @app.get("/health")
     async def health() -> Response:
@@ -66,17 +64,17 @@ def create_app(state: ServerState) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=v1)
     async def models() -> dict:
         return {"object": "list", "data": [{"id": state.cfg.model_name, "object": "model", "created": state.created,
                                             "owned_by": "metainfer", "max_model_len": state.cfg.max_seq_len}]}
 
-    @app.post("/v1/completions")
-    async def create_completion(req: CompletionRequest):
-        return await completions.handle(state, req)
+    @app.post("/v1/completions", dependencies=v1)
+    async def create_completion(req: CompletionRequest, request: Request):
+        return await completions.handle(state, req, request)
 
-    @app.post("/v1/chat/completions")
-    async def create_chat_completion(req: ChatCompletionRequest):
-        return await chat.handle(state, req)
+    @app.post("/v1/chat/completions", dependencies=v1)
+    async def create_chat_completion(req: ChatCompletionRequest, request: Request):
+        return await chat.handle(state, req, request)
 
     return app

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from metainfer.serve.completions import sse, usage
 from metainfer.serve.parsers import CALL_OPEN, THINK_CLOSE, held_prefix, parse_tool_calls, split_reasoning
 from metainfer.serve.protocol import ApiError, ChatCompletionRequest
+from metainfer.serve.request import unless_disconnected
 from metainfer.serve.state import ServerState
 from metainfer.serve.text import Detokenizer
 
@@ -51,8 +52,9 @@ def _message(text: str, think_open: bool, tools: bool) -> tuple[dict, bool]:
     return msg, bool(calls)
 
 
-async def handle(state: ServerState, req: ChatCompletionRequest) -> Any:
-    """Answer one chat request (JSON or an SSE stream)."""
+async def handle(state: ServerState, req: ChatCompletionRequest, request: Any) -> Any:
+    """Answer one chat request (JSON or an SSE stream); ``request`` is the HTTP request (a client
+    gone before a JSON answer aborts it too)."""
     state.check_model(req.model)
     if not req.messages:
         raise ApiError(400, "messages is empty; send at least one message", param="messages")
@@ -65,34 +67,36 @@ async def handle(state: ServerState, req: ChatCompletionRequest) -> Any:
     params = state.sampling_params(req, ids, max_tokens, None)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     detok = Detokenizer(state.text, req.stop_strings())
-    gen = state.run(ids, params)
-    first = await gen.__anext__()  # errors (400/503) become the response status
+    stream = state.open(ids, params)  # 503 here, before any response starts
 
     async def outputs() -> AsyncIterator[tuple[bool, str | None, int]]:
         """(final, finish reason, tokens so far) per step; ``detok`` holds the text."""
-        async with contextlib.aclosing(gen):
-            out = first
+        async with contextlib.aclosing(stream):
+            out = await stream.__anext__()
             while True:
                 detok.push(out.new_tokens, final=out.finished)
                 final = out.finished or detok.stopped
                 yield final, ("stop" if detok.stopped else out.finish_reason), out.output_tokens
                 if final:
                     return
-                out = await gen.__anext__()
+                out = await stream.__anext__()
 
     def chunk(delta: dict, finish: str | None) -> dict:
         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.cfg.model_name,
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     if not req.stream:
-        reason, n = None, 0
-        async for _, reason, n in outputs():
-            pass
-        msg, called = _message(detok.text, think_open, tools)
-        body = {"id": rid, "object": "chat.completion", "created": created, "model": state.cfg.model_name,
-                "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "tool_calls" if called else reason}],
-                "usage": usage(len(ids), n)}
-        return JSONResponse(body)
+
+        async def collect() -> dict:
+            reason, n = None, 0
+            async for _, reason, n in outputs():
+                pass
+            msg, called = _message(detok.text, think_open, tools)
+            return {"id": rid, "object": "chat.completion", "created": created, "model": state.cfg.model_name,
+                    "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "tool_calls" if called else reason}],
+                    "usage": usage(len(ids), n)}
+
+        return JSONResponse(await unless_disconnected(request, collect()))
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     reply = _Reply(think_open, tools)
@@ -100,12 +104,17 @@ async def handle(state: ServerState, req: ChatCompletionRequest) -> Any:
     async def events() -> AsyncIterator[str]:
         yield sse(chunk({"role": "assistant", "content": ""}, None))
         n, reason = 0, None
-        async for final, reason, n in outputs():
-            r, c = reply.deltas(detok.text[: detok.sent] if not final else detok.text, final)
-            if r:
-                yield sse(chunk({"reasoning_content": r}, None))
-            if c:
-                yield sse(chunk({"content": c}, None))
+        try:
+            async for final, reason, n in outputs():
+                r, c = reply.deltas(detok.text[: detok.sent] if not final else detok.text, final)
+                if r:
+                    yield sse(chunk({"reasoning_content": r}, None))
+                if c:
+                    yield sse(chunk({"content": c}, None))
+        except ApiError as err:  # the status line is sent already: the error goes in the stream
+            yield sse(err.body())
+            yield sse("[DONE]")
+            return
         msg, called = _message(detok.text, think_open, tools)
         if called:
             yield sse(chunk({"tool_calls": [dict(tc, index=i) for i, tc in enumerate(msg["tool_calls"])]}, None))

@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from metainfer.serve.protocol import ApiError, CompletionRequest
+from metainfer.serve.request import unless_disconnected
 from metainfer.serve.state import ServerState
 from metainfer.serve.text import Detokenizer
 
@@ -66,8 +67,9 @@ def _merge(a: dict | None, b: dict | None) -> dict | None:
     return {k: a[k] + b[k] for k in a}
 
 
-async def handle(state: ServerState, req: CompletionRequest) -> Any:
-    """Answer one completions request (JSON or an SSE stream)."""
+async def handle(state: ServerState, req: CompletionRequest, request: Any) -> Any:
+    """Answer one completions request (JSON or an SSE stream); ``request`` is the HTTP request
+    (a client gone before a JSON answer aborts it too)."""
     state.check_model(req.model)
     if req.echo:
         raise ApiError(400, "echo is not supported", param="echo")
@@ -78,8 +80,7 @@ async def handle(state: ServerState, req: CompletionRequest) -> Any:
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     detok = Detokenizer(state.text, req.stop_strings())
     lps = _Logprobs(state)
-    gen = state.run(ids, params)
-    first = await gen.__anext__()  # errors (400/503) become the response status
+    stream = state.open(ids, params)  # 503 here, before any response starts
 
     def chunk(text: str, logprobs: dict | None, finish: str | None) -> dict:
         return {"id": rid, "object": "text_completion", "created": created, "model": state.cfg.model_name,
@@ -87,31 +88,38 @@ async def handle(state: ServerState, req: CompletionRequest) -> Any:
 
     async def outputs() -> AsyncIterator[tuple[str, dict | None, str | None, int]]:
         """(new text, logprobs block, finish reason or None, tokens so far) per step; stops at a stop string."""
-        async with contextlib.aclosing(gen):
-            out = first
+        async with contextlib.aclosing(stream):
+            out = await stream.__anext__()
             while True:
                 text = detok.push(out.new_tokens, final=out.finished)
                 reason = "stop" if detok.stopped else out.finish_reason
                 yield text, lps.block(out.logprobs), reason if (out.finished or detok.stopped) else None, out.output_tokens
                 if out.finished or detok.stopped:
                     return  # leaving the block closes gen: a stop string aborts the request
-                out = await gen.__anext__()
+                out = await stream.__anext__()
 
     if not req.stream:
-        text, block, reason, n = "", None, None, 0
-        async for piece, b, r, n in outputs():
-            text, block, reason = text + piece, _merge(block, b), r
-        body = chunk(text, block, reason)
-        body["usage"] = usage(len(ids), n)
-        return JSONResponse(body)
+
+        async def collect() -> dict:
+            text, block, reason, n = "", None, None, 0
+            async for piece, b, r, n in outputs():
+                text, block, reason = text + piece, _merge(block, b), r
+            return {**chunk(text, block, reason), "usage": usage(len(ids), n)}
+
+        return JSONResponse(await unless_disconnected(request, collect()))
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     async def events() -> AsyncIterator[str]:
         n = 0
-        async for piece, b, r, n in outputs():
-            if piece or b or r:
-                yield sse(chunk(piece, b, r))
+        try:
+            async for piece, b, r, n in outputs():
+                if piece or b or r:
+                    yield sse(chunk(piece, b, r))
+        except ApiError as err:  # the status line is sent already: the error goes in the stream
+            yield sse(err.body())
+            yield sse("[DONE]")
+            return
         if include_usage:
             yield sse({"id": rid, "object": "text_completion", "created": created, "model": state.cfg.model_name,
                        "choices": [], "usage": usage(len(ids), n)})

@@ -1,6 +1,5 @@
-"""What every handler shares: the engine loop, the text side, limits, and the request bridge
-(``ServerState.run``: submit a request to the engine thread, yield its ``StepOutput`` s on the
-asyncio side, abort it if the consumer stops early or the client goes away)."""
+"""What every handler shares: the engine loop, the text side, limits, and ``open`` (admit and
+submit a request to the engine thread; its outputs come back as a ``RequestStream``)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,12 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from metainfer.serve.engine_loop import EngineLoop
 from metainfer.serve.metrics import Metrics
 from metainfer.serve.protocol import ApiError
+from metainfer.serve.request import RequestStream
 from metainfer.serve.text import TextSide
 
 
@@ -108,13 +108,11 @@ class ServerState:
                            "retry later", code="queue_full", headers={"Retry-After": str(self.cfg.retry_after_s)})
 
     # ---- the bridge -------------------------------------------------------------------
-    async def run(self, prompt: list[int], params: Any) -> AsyncIterator[Any]:
-        """Submit and yield the request's ``StepOutput`` s until it finishes; closing the
-        generator early (stop string, client gone, cancellation) aborts it on the engine thread.
+    def open(self, prompt: list[int], params: Any) -> RequestStream:
+        """Admit and submit a request now; iterate the returned stream for its outputs.
 
         Raises:
-            ApiError: 503 when full (before submitting), 400 if the scheduler refuses the request,
-                500 if a step failed.
+            ApiError: 503 when max_batch + max_queue requests are in flight.
         """
         self.admit()
         rid = uuid.uuid4().hex
@@ -122,32 +120,7 @@ class ServerState:
         self.active += 1
         self.metrics.prompt_tokens.inc(len(prompt))
         self.loop.submit(rid, prompt, params, q)
-        finished = False
-        t0 = last = time.perf_counter()
-        try:
-            while True:
-                item = await q.get()
-                if isinstance(item, ValueError):
-                    finished = True
-                    raise ApiError(400, str(item))
-                if isinstance(item, Exception):
-                    finished = True
-                    raise ApiError(500, str(item))
-                now = time.perf_counter()
-                if item.new_tokens:
-                    (self.metrics.ttft if item.output_tokens == 1 else self.metrics.tpot).observe(now - (t0 if item.output_tokens == 1 else last))
-                    self.metrics.generation_tokens.inc(len(item.new_tokens))
-                    last = now
-                if item.finished:
-                    finished = True
-                    self.metrics.finished.labels(item.finish_reason or "unknown").inc()
-                yield item
-                if finished:
-                    return
-        finally:
-            self.active -= 1
-            if not finished:
-                self.loop.abort(rid)
+        return RequestStream(self, rid, q)
 
 
 def _param_of(message: str) -> str | None:
