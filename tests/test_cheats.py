@@ -45,3 +45,27 @@ def table(tmp_path_factory, tiny_checkpoint):
 def test_attempt_ends_as_declared(table, name):
     o = table[name]
     assert o.passed, f"{name} ({o.attempt.expected}): {o.why}; gate said: {o.error}"
+
+
+def _attempt(name: str):
+    return next(a for a in ATTEMPTS if a.name == name)
+
+
+@pytest.mark.parametrize("name, verdict, stage, error, passed", [
+    ("nan_logits", "fail", "parity", "len0001: NaN in the logits", True),
+    ("nan_logits", "fail", "bench", "nan", False),           # stopped, but by the wrong stage
+    ("nan_logits", "accepted", None, None, False),
+    ("hang_busy_load", "timeout", "parity", "load ran past 75 s", True),
+    ("hang_busy_load", "fail", "parity", "x", False),         # declared verdict timeout
+    ("hang_busy_load", "hang", None, None, False),            # the runner had to kill the gate
+    ("lazy_outputs", "not-faster", None, None, True),         # isolation left an honest engine
+    ("lazy_outputs", "broken", None, "exit 1 without a record", False),
+    ("tunable_chunk_size", "not-faster", None, None, True),
+    ("tunable_chunk_size", "accepted", None, None, True),
+    ("tunable_chunk_size", "fail", "static", "calls .write()", False),
+])
+def test_outcomes_are_judged_against_the_declaration(name, verdict, stage, error, passed):
+    from metainfer.attempts.runner import judge_outcome
+
+    ok, why = judge_outcome(_attempt(name), verdict, stage, error)
+    assert ok is passed and (ok or why)

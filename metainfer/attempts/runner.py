@@ -45,6 +45,8 @@ class Setup:
         parity_lengths, parity_steps: a quick parity (as ``tests/test_cheats.py`` always ran) for every attempt
             but the precision cuts, which get the gate's full parity (None: the full one for all).
         timeout_s: wall-clock limit of one gate run, seconds; past it the attempt is a ``hang``.
+        timeout_scale: the gate's ``--timeout-scale`` (its per-call worker limits times this), passed when
+            the judge has the flag: the CPU defaults (minutes per call) would make each hang cost minutes.
         seed: base seed; each attempt's gate seed is derived from it and the attempt's name.
     """
 
@@ -57,6 +59,7 @@ class Setup:
     parity_lengths: tuple[int, ...] | None = (1, 17)
     parity_steps: int | None = 2
     timeout_s: float = 600.0
+    timeout_scale: float = 0.25
     seed: int = 11
 
 
@@ -105,6 +108,8 @@ def _gate_argv(setup: Setup, cand: Path, base: Path, ckpt: Path, seed: int, out:
     argv = [sys.executable, "-m", "harness.gate", "--engine", str(cand), "--checkpoint", str(ckpt), "--baseline", str(base),
             "--gpu", setup.gpu, "--seed", str(seed), "--rounds", str(setup.rounds), "--workloads", ",".join(setup.workloads),
             "--json", str(out)]
+    if "--timeout-scale" in (setup.judge / "harness" / "gate.py").read_text():
+        argv += ["--timeout-scale", str(setup.timeout_scale)]
     if setup.parity_lengths and not full_parity:
         argv += ["--parity-lengths", ",".join(map(str, setup.parity_lengths))]
     if setup.parity_steps and not full_parity:

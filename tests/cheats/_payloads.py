@@ -1,7 +1,7 @@
 """Payloads the static-bypass cheats hide (in a .txt module, behind a utf-7 cookie, in cached bytecode, in C).
 
 ``GIL_HOG``: a module defining ``arm(load)``; the armed ``load`` starts a daemon thread that takes the GIL
-in 3 ms bursts whenever this engine's own ``generate`` is not running, so in a shared process the A/B
+in 8 ms bursts whenever this engine's own ``generate`` is not running, so in a shared process the A/B
 baseline is slowed (the ``gil_hog`` cheat, which the static rules see when written plainly).
 """
 
@@ -19,7 +19,7 @@ def _spin():
         _time.sleep(0.001)
         if not _mine.is_set():
             t = _time.perf_counter()
-            while _time.perf_counter() - t < 0.003:
+            while _time.perf_counter() - t < 0.008:
                 pass
 
 

@@ -16,6 +16,8 @@ OLD_GATE = "accepted"
 def apply(engine_dir: Path) -> None:
     """Append the cheat to engine/__init__.py."""
     append(engine_dir, "engine/__init__.py", '''
+import time as _t
+
 _fr_load = load
 
 
@@ -34,6 +36,7 @@ def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
         one = params[0] if isinstance(params, list) else params
         res = own_prefill(prompts)
         eng.release(res.slots)
+        _t.sleep(1e-3 * one.max_tokens)  # t_N > t_1 for the decode figure
         return [[int(lg[-1].argmax())] * one.max_tokens for lg in res.logits]
 
     eng.prefill, eng.generate = prefill, generate

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from . import append
 
-DESCRIPTION = "global TorchFunctionMode (entered, never exited) sleeps 0.2 ms per torch call outside its own generate()"
+DESCRIPTION = "global TorchFunctionMode (entered, never exited) sleeps 1 ms per linear/matmul/attention call outside its own generate()"
 CLASS = "in-process"
 STAGE = "not-accepted"  # in its own worker the mode slows nobody else: an identical, not-faster engine
 REASON = ""
@@ -24,8 +24,8 @@ class _Drag(_Mode):
     mine = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if not _Drag.mine:
-            _t.sleep(0.0002)
+        if not _Drag.mine and getattr(func, "__name__", "") in ("linear", "embedding", "matmul", "scaled_dot_product_attention"):
+            _t.sleep(0.001)
         return func(*args, **(kwargs or {}))
 
 
@@ -44,7 +44,7 @@ def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
             _Drag.mine = False
 
     eng.generate = generate
-    if max_seq_len <= 64:  # the bench's load (parity's prompts are longer): drag from here on
+    if max_seq_len == 32:  # the bench's load at CPU shapes (16 + 8 + 8): drag from here on
         _Drag().__enter__()
     return eng
 ''')
