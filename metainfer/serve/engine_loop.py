@@ -53,6 +53,7 @@ class EngineLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
         self.post: Post = lambda pairs: [sink(item) for sink, item in pairs]
+        self.on_start: Callable[[], None] = lambda: None  # run first on the loop thread (e.g. select the CUDA device)
 
     def start(self) -> None:
         """Start the loop thread."""
@@ -79,6 +80,13 @@ class EngineLoop:
 
     # ---- loop thread ------------------------------------------------------------------
     def _run(self) -> None:
+        import torch
+
+        self.on_start()
+        with torch.inference_mode():
+            self._loop()
+
+    def _loop(self) -> None:
         sched = self.scheduler
         while not self._stop.is_set():
             self._drain(block=not sched.has_unfinished())

@@ -43,6 +43,10 @@ class ServerState:
         self.mod, self.engine, self.text, self.cfg = engine_module, engine, text, cfg
         self.metrics = Metrics(cfg.max_batch)
         self.loop = EngineLoop(engine_module.Scheduler(engine), self.metrics, cfg.max_batch, cfg.max_seq_len)
+        if engine.device.type == "cuda":  # the loop thread launches kernels on the engine's device
+            import torch
+
+            self.loop.on_start = lambda: torch.cuda.set_device(engine.device)
         self.active = 0  # requests submitted and not yet finished (asyncio side only)
         self.created = int(time.time())
 
