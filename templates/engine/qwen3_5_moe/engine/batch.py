@@ -27,6 +27,8 @@ class Batch:
         cu_seqlens: B+1 prefix sums of ``lens`` (python ints); ``cu_t`` the same, int64 [B+1] on device.
         decode: True when every sequence brings exactly one token and the step runs the
             recurrent (decode) forms of the ops.
+        n_valid: int32 [1] on device, or None: rows t ≥ n_valid are padding (CUDA-graph decode
+            batches) and the MoE routes them to no expert; None = every row is real.
     """
 
     tokens: torch.Tensor
@@ -39,6 +41,7 @@ class Batch:
     cu_seqlens: list[int]
     cu_t: torch.Tensor
     decode: bool
+    n_valid: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:

@@ -3,14 +3,17 @@
 At batch 1 a decode step is ~30 small kernels per layer; launched eagerly from Python that is
 latency, not bandwidth. Each captured size B has static inputs (tokens, positions, slots [B]);
 a step with n ≤ B live sequences copies its inputs into the first n rows, points the padding
-rows at the cache's scratch slot, replays, and reads the first n rows of the static logits.
+rows at the cache's scratch slot, sets the static ``n_valid`` to n (with packed experts the MoE
+routes padding rows to no expert, so a batch of 17 in the 24 graph reads 17 tokens' experts),
+replays, and reads the first n rows of the static logits.
 Graphs are captured largest first into one memory pool.
 
 Capturable only when the decode step never reads device values on the host: decode attention
 through the split-K kernel (tunable ``attention_decode_splits > 0``, lengths read on the
 device) and NVFP4 experts (``kernels.moe_nvfp4``; the bf16 expert loop reads counts on the
-host). On by default for NVFP4 targets on a GPU (``cuda_graph_max_batch = 32``, rendered into
-tunables.json; checked on an H200 2026-11-30: graph decode equals eager). On CPU the
+host). On by default for NVFP4 targets on a GPU (``cuda_graph_max_batch = 128``, sizes
+``GRAPH_BUCKETS``, rendered into tunables.json; at 32 checked on an H200 2026-11-30: graph decode
+equals eager). On CPU the
 same static, padded path runs eagerly (that is how the tests check the padding logic).
 """
 
@@ -23,10 +26,15 @@ from .cache import StateCache
 from .model import Model
 
 
+#: Decode batch sizes captured as graphs (a step of n sequences replays the smallest size ≥ n):
+#: powers of two to 16, then steps of about 1.5× so padding stays under a third of a batch.
+GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
 def graph_sizes(max_graph_batch: int, max_batch: int) -> list[int]:
-    """Captured batch sizes: 1, 2, 4, ... up to min(max_graph_batch, max_batch), that bound included."""
+    """Captured batch sizes: the ``GRAPH_BUCKETS`` below min(max_graph_batch, max_batch), and that bound."""
     top = min(max_graph_batch, max_batch)
-    sizes = [b for b in (1 << i for i in range(16)) if b < top]
+    sizes = [b for b in GRAPH_BUCKETS if b < top]
     return sizes + [top] if top >= 1 else []
 
 
@@ -56,6 +64,8 @@ class DecodeGraphs:
             )
             for b in self.sizes
         }
+        # real rows of the current step: padding rows route to no expert (moe_forward's n_valid)
+        self.n_valid = {b: torch.full((1,), b, dtype=torch.int32, device=device) for b in self.sizes}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         if device.type == "cuda":
@@ -68,7 +78,7 @@ class DecodeGraphs:
         return Batch(
             tokens=tokens, positions=positions, slots=slots_list or [self.cache.scratch_slot] * b, slots_t=slots,
             token_slots=slots, starts=starts or [0] * b, lens=[1] * b, cu_seqlens=list(range(b + 1)),
-            cu_t=torch.arange(b + 1, device=self.device), decode=True,
+            cu_t=torch.arange(b + 1, device=self.device), decode=True, n_valid=self.n_valid[b],
         )
 
     def _capture(self) -> None:
@@ -102,6 +112,7 @@ class DecodeGraphs:
         t_tok.copy_(torch.tensor(tokens + [0] * fill, dtype=torch.int64))
         t_pos.copy_(torch.tensor(positions, dtype=torch.int64))
         t_slot.copy_(torch.tensor(slots, dtype=torch.int64))
+        self.n_valid[b].fill_(n)
         if b in self.graphs:
             self.graphs[b].replay()
             return self.logits[b][:n].clone()

@@ -18,7 +18,7 @@ from .attention import Rope, attention_forward
 from .batch import Batch
 from .cache import StateCache
 from .gdn import gdn_forward
-from .moe import moe_forward
+from .moe import moe_forward, pack_moe_weights
 from .target import ModelDims
 from .tunables import Tunables
 from .weights import Weights
@@ -42,6 +42,8 @@ class Model:
         self.tunables = tunables
         self.rope = Rope(dims, device)
         self.launch = tunables.launch_keywords()
+        if tunables.moe_ops:
+            pack_moe_weights(weights)  # NVFP4 experts to the layout of ops/moe_fused.py
         self.fp32_out_mm = _fp32_out_mm_supported(device)
 
     @torch.inference_mode()
@@ -68,7 +70,7 @@ class Model:
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
-            mlp_out = moe_forward(x, layer.moe, d, self.launch)
+            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid)
             if hidden is not None:
                 hidden.append((h.float() + mlp_out.float()).to(h.dtype).float())
         x, _ = kernels.rmsnorm(mlp_out, self.w.norm, eps, residual=h)

@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from . import kernels
 from .linear import linear
+from .ops.moe_fused import moe_w4a16
+from .ops.moe_pack import pack_experts
 from .target import ModelDims
-from .weights import ExpertStack, MoeWeights
+from .weights import ExpertStack, MoeWeights, Weights
 
 
 def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: ExpertStack) -> torch.Tensor:
@@ -42,18 +44,34 @@ def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: 
     return out.to(x.dtype)
 
 
-def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | None = None) -> torch.Tensor:
+def pack_moe_weights(weights: Weights) -> None:
+    """Repack every layer's NVFP4 experts for ``ops.moe_fused.moe_w4a16`` (exact, ``ops/moe_pack.py``),
+    in place, freeing the checkpoint-layout tensors layer by layer (tunable ``moe_ops`` = 1)."""
+    for layer in weights.layers:
+        ex = layer.moe.experts
+        if ex.s13 is None:  # bf16 experts, or packed already
+            continue
+        ex.packed = pack_experts(ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2)
+        ex.w13 = ex.s13 = ex.w2 = ex.s2 = None
+
+
+def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | None = None,
+                n_valid: torch.Tensor | None = None) -> torch.Tensor:
     """Routed experts + gated shared expert for x bf16 [T, H]; returns bf16 [T, H].
 
-    ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4`` and ``nvfp4_linear``).
+    ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4``, ``moe_ops`` and ``nvfp4_linear``).
     With ``w.shared_stacked`` the router GEMV also yields the shared gate's logit and the shared
-    expert runs as pair k of the same MoE kernels: router GEMV, routing, two MoE kernels.
+    expert runs as pair k of the same MoE kernels: router GEMV, routing, the MoE kernels.
+    ``n_valid`` (int32 [1], CUDA-graph decode): rows t ≥ n_valid are padding; with packed experts
+    they touch no expert (their routed output is 0), otherwise they are routed like real rows.
     """
     launch = launch or {}
     ex = w.experts
     logits = F.linear(x, w.router)  # [T, E] bf16, or [T, E+1] with the shared gate's logit last
     ids, weights = kernels.route_topk(logits, dims.num_experts_per_tok, w.shared_stacked)
-    if ex.quantized:
+    if ex.packed is not None:
+        routed = moe_w4a16(x, ids, weights, ex.packed, n_valid, **launch.get("moe_ops", {}))
+    elif ex.quantized:
         routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     else:
         routed = experts_bf16(x, ids, weights, ex)

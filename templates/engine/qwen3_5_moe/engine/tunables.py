@@ -31,10 +31,14 @@ LAUNCH = {
     "moe_gemv_num_warps": ("moe", "gemv_num_warps"),
     "moe_gemv_words": ("moe", "gemv_words"),
     "moe_gemv_unroll": ("moe", "gemv_unroll"),
+    "moe_ops_s_max_t": ("moe_ops", "s_max_t"),
+    "moe_ops_m_max_t": ("moe_ops", "m_max_t"),
+    **{f"moe_ops_{b}_{f}": ("moe_ops", f"{b}_{f}") for b in "sml" for f in ("block_m", "block_n", "split_k", "num_warps", "num_stages")},
 }
 
 #: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
-ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch", "moe_gemv_words", "moe_gemv_unroll"}
+ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_graph_max_batch", "moe_gemv_words", "moe_gemv_unroll",
+           "moe_ops"}
 
 #: The prefill ops switches (1 = engine/ops/<op>.py, 0 = the torch / serial path before them).
 ZERO_OK |= {"gdn_prefill_ops", "attention_prefill_ops", "conv1d_prefill_ops"}
@@ -72,6 +76,12 @@ class Tunables:
             ``moe_gemv_block_n`` / ``moe_gemv_down_block_n`` / ``moe_gemv_num_warps``: its output rows per
             program (gate/up and down GEMV) and warps (an H200 sweep at T = 1 put 8 / 8 / 4 7 % ahead
             of the defaults 16 / 8 / 8).
+        moe_ops: 1 = NVFP4 experts repacked at load and run by ``ops/moe_fused.moe_w4a16`` (one kernel
+            family for every T, expert-major, split-K, one-launch align, fixed-order reduce; graph
+            padding rows touch no expert); 0 = the ``kernels.moe_nvfp4`` path above.
+        moe_ops_s_max_t / moe_ops_m_max_t: T bounds of its small and middle launch buckets;
+            ``moe_ops_{s,m,l}_{block_m,block_n,split_k,num_warps,num_stages}``: each bucket's launch
+            configuration (``ops.moe_fused.MoeBucket``); None = the op's defaults.
     """
 
     gdn_chunk_size: int = 64
@@ -98,10 +108,28 @@ class Tunables:
     moe_gemv_num_warps: int | None = None
     moe_gemv_words: int | None = None
     moe_gemv_unroll: int | None = None
+    moe_ops: int = 0
+    moe_ops_s_max_t: int | None = None
+    moe_ops_m_max_t: int | None = None
+    moe_ops_s_block_m: int | None = None
+    moe_ops_s_block_n: int | None = None
+    moe_ops_s_split_k: int | None = None
+    moe_ops_s_num_warps: int | None = None
+    moe_ops_s_num_stages: int | None = None
+    moe_ops_m_block_m: int | None = None
+    moe_ops_m_block_n: int | None = None
+    moe_ops_m_split_k: int | None = None
+    moe_ops_m_num_warps: int | None = None
+    moe_ops_m_num_stages: int | None = None
+    moe_ops_l_block_m: int | None = None
+    moe_ops_l_block_n: int | None = None
+    moe_ops_l_split_k: int | None = None
+    moe_ops_l_num_warps: int | None = None
+    moe_ops_l_num_stages: int | None = None
 
     def launch_keywords(self) -> dict[str, dict[str, int]]:
-        """``{"linear": {...}, "moe": {...}}``: the launch keywords that are set (not None) per op group."""
-        out: dict[str, dict[str, int]] = {"linear": {}, "moe": {}}
+        """``{"linear": {...}, "moe": {...}, "moe_ops": {...}}``: the launch keywords that are set (not None) per op group."""
+        out: dict[str, dict[str, int]] = {"linear": {}, "moe": {}, "moe_ops": {}}
         for name, (group, key) in LAUNCH.items():
             value = getattr(self, name)
             if value is not None:

@@ -26,6 +26,7 @@ import torch
 from metainfer.checkpoint import CheckpointReader
 from metainfer.checkpoint.weights import Bf16Linear, NvFp4Linear
 
+from .ops.moe_pack import PackedExperts
 from .target import CONFIG_KEYS, DIMS, ModelDims
 
 
@@ -79,17 +80,19 @@ class ExpertStack:
     """Routed experts of one layer, stacked (layouts in the module docstring); ``s13``,
     ``g13``, ``s2``, ``g2`` are None for bf16."""
 
-    w13: torch.Tensor
-    w2: torch.Tensor
+    w13: torch.Tensor | None
+    w2: torch.Tensor | None
     s13: torch.Tensor | None = None
     g13: torch.Tensor | None = None
     s2: torch.Tensor | None = None
     g2: torch.Tensor | None = None
+    #: NVFP4 experts repacked for ``ops/moe_fused.py`` (tunable ``moe_ops``); w13, s13, w2, s2 are then None
+    packed: PackedExperts | None = None
 
     @property
     def quantized(self) -> bool:
         """True for NVFP4 experts."""
-        return self.s13 is not None
+        return self.s13 is not None or self.packed is not None
 
 
 @dataclass

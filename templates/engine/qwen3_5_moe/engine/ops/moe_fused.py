@@ -3,17 +3,20 @@
 ``out[t] = sum_j w[t,j] · down_e(silu(gate_e(x_t)) · up_e(x_t))``, e = ids[t, j], over the pairs that
 take part (id in [0, E), t < n_valid); with the shared expert stacked as expert E-1 of the packed
 stack and its sigmoid gate as the last pair's weight (``kernels.route_topk(..., shared=True)``) this
-is the whole MoE block in one pass. Four launches, shapes static (graph-capturable):
+is the whole MoE block in one pass. Four launches (five with split-K), shapes static (graph-capturable):
 
 1. ``moe_align`` (one launch): pairs sorted by expert, padded to BLOCK_M per expert;
-2. ``_moe_gemm_kernel`` gate_up (GATED): bf16 h [P, I], or fp32 split-K partials;
+2. ``_moe_gemm_kernel`` gate_up (GATED): bf16 h [P, I], or with split-K fp32 chunk partials
+   and ``_combine_kernel`` (one more launch) making h from them;
 3. ``_moe_gemm_kernel`` down (ROUTED): fp32 y [P, H] (routing weight applied);
 4. ``moe_reduce``: a token's pairs summed in increasing j, rounded once.
 
 The launch configuration is chosen by T through three buckets (``MoeBucket``, tunables
 ``moe_ops_{s,m,l}_*``): small T wants thin tiles and split-K (the grid is hit experts × N/BLOCK_N),
-large T wgmma-sized tiles (BLOCK_M ≥ 64). Within one bucket a token's output is bitwise the same
-whatever else is in the batch; across buckets the K split changes the fp32 summation order.
+large T wgmma-sized tiles (BLOCK_M ≥ 64). The fp32 summation order depends on K only (``moe_gemm``'s
+chunks), so a token's output is bitwise the same whatever else is in the batch and whichever bucket
+the batch size picks (on a GPU, as far as the tensor-core instruction chosen for the block height
+rounds alike; the interpreter tests check it bitwise).
 Reference: ``moe_w4a16_ref`` (unpack, then ``kernels.reference.moe_nvfp4_ref``'s math), which is what CPU runs.
 """
 
@@ -33,7 +36,7 @@ from ._triton import HAVE_TRITON, require_triton, triton
 
 if HAVE_TRITON:
     from ..kernels._common import new_empty
-    from .moe_gemm import _moe_gemm_kernel
+    from .moe_gemm import CHUNK_SG, _combine_kernel, _moe_gemm_kernel
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class MoeBucket:
 
     block_m: pairs per row block (≥ 16; 64/128 give wgmma tiles); block_n: output columns per
     program (both projections); split_k: programs along K of gate_up (1 = no split; K = H is cut
-    in whole super-groups of 256); num_warps, num_stages: Triton launch keywords.
+    in whole chunks of 512, so at most 4 at H = 2048); num_warps, num_stages: Triton launch keywords.
     """
 
     block_m: int
@@ -109,27 +112,33 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
     n_blocks = block_expert.numel()
     w13_32, w2_32 = pk.w13.view(torch.int32), pk.w2.view(torch.int32)
     sg13, sg2 = pk.w13.shape[2] // 144, pk.w2.shape[2] // 144
-    split = max(1, min(cfg.split_k, sg13))
-    kw = dict(BLOCK_M=cfg.block_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    n_chunks = triton.cdiv(sg13, CHUNK_SG)
+    split = max(1, min(cfg.split_k, n_chunks))
+    kw = dict(BLOCK_M=cfg.block_m, CHUNK_SG=CHUNK_SG, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    h = new_empty((n_pairs, inter), torch.bfloat16, out_dev)
     if split > 1:
-        h = new_empty((split, n_pairs, 2 * inter), torch.float32, out_dev)
-        c_args = (h.stride(1), h.stride(0))
+        part = new_empty((n_chunks, n_pairs, 2 * inter), torch.float32, out_dev)
+        c, c_args = part, (part.stride(1), part.stride(0))
     else:
-        h = new_empty((n_pairs, inter), torch.bfloat16, out_dev)
-        c_args = (h.stride(0), 0)
+        c, c_args = h, (h.stride(0), 0)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n), split)](
-        x, w13_32, pk.w13, pk.g13, pk.g13, h, sorted_ids, block_expert, tw,
-        n_pairs, inter, hidden, sg13, w13_32.stride(1), inter,
-        x.stride(0), 0, w13_32.stride(0), pk.g13.stride(0), *c_args,
-        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, A_SPLIT=1, BLOCK_N=cfg.block_n, **kw,
+        x, w13_32, pk.w13, pk.g13, c, sorted_ids, block_expert, tw,
+        n_pairs, inter, hidden, sg13, w13_32.stride(1),
+        x.stride(0), w13_32.stride(0), pk.g13.stride(0), *c_args,
+        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, BLOCK_N=cfg.block_n, **kw,
     )
+    if split > 1:
+        _combine_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n))](
+            part, sorted_ids, block_expert, pk.g13, h, n_pairs, inter, n_chunks,
+            part.stride(0), part.stride(1), h.stride(0),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )
     y = new_empty((n_pairs, hidden), torch.float32, out_dev)
-    a_stride, as_stride = (h.stride(1), h.stride(0)) if split > 1 else (h.stride(0), 0)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg.block_n), 1)](
-        h, w2_32, pk.w2, pk.g2, pk.g13, y, sorted_ids, block_expert, tw,
-        n_pairs, hidden, inter, sg2, w2_32.stride(1), inter,
-        a_stride, as_stride, w2_32.stride(0), 1, y.stride(0), 0,
-        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, A_SPLIT=split, BLOCK_N=cfg.block_n, **kw,
+        h, w2_32, pk.w2, pk.g2, y, sorted_ids, block_expert, tw,
+        n_pairs, hidden, inter, sg2, w2_32.stride(1),
+        h.stride(0), w2_32.stride(0), 1, y.stride(0), 0,
+        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, BLOCK_N=cfg.block_n, **kw,
     )
     return moe_reduce_triton(y, ids, n_exp, n_valid)
 

@@ -14,15 +14,19 @@ Nibble i of the 32 words of a super-group is 32 consecutive K elements, so the K
 8 dots of K = 32 per super-group, each against a contiguous slice of the activation rows.
 The global scale multiplies the fp32 accumulator once.
 
-Kernel ``_moe_gemm_kernel`` modes (constexpr):
-- ``GATED`` (gate_up): output column n needs weight rows n (gate) and I + n (up).
-  ``SPLIT_K == 1``: stores ``h = bf16(silu(g·gg) · (u·gu))`` [P, I]. ``SPLIT_K > 1``: program s of
-  the K split stores its raw fp32 partial sums of gate and up at ``part[s, p, n]`` and
-  ``part[s, p, I + n]`` (more programs when the grid is thin; the down kernel combines them).
-- not ``GATED`` (down): A rows are ``h[p]``, or with ``A_SPLIT > 1`` the partials, summed over s in
-  order, scaled by the expert's globals and passed through silu·mul and bf16 rounding in the
-  prologue (the same values the unsplit path stores). ``ROUTED``: output row × its routing
-  weight; stores fp32 ``y[p]`` (``ops/moe_reduce.py`` sums a token's pairs in a fixed order).
+Summation order is fixed by K alone, never by the launch configuration, so a pair's result is
+the same whatever bucket (block sizes, split) its batch size picked: K is cut in chunks of
+``CHUNK_SG`` super-groups; each chunk is accumulated from zero, and the chunk sums are added in
+increasing order (``((c0 + c1) + c2) + …``). Split-K only distributes whole chunks over programs.
+
+Kernels:
+- ``_moe_gemm_kernel`` with ``GATED`` (gate_up): output column n needs weight rows n (gate) and
+  I + n (up). ``SPLIT_K == 1``: stores ``h = bf16(silu(g·gg) · (u·gu))`` [P, I]. ``SPLIT_K > 1``
+  (more programs when the grid is thin): stores each chunk's raw fp32 sums of gate and up at
+  ``part[c, p, n]`` and ``part[c, p, I + n]``; ``_combine_kernel`` then adds the chunks in order
+  and applies the same epilogue (``_silu_mul``), giving bitwise the same h.
+- ``_moe_gemm_kernel`` without ``GATED`` (down, ``ROUTED``): A rows ``h[p]``, output row × its
+  routing weight, stored fp32 ``y[p]`` (``ops/moe_reduce.py`` sums a token's pairs in a fixed order).
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from __future__ import annotations
 from ._triton import HAVE_TRITON, tl, triton
 
 if HAVE_TRITON:
-    from ..kernels._common import dot_bf16, e2m1_word_pair, round_bf16
+    from ..kernels._common import INTERPRET, e2m1_word_pair, round_bf16
 
-SUB = 32  # K elements per dot (nibble i of a super-group's 32 words)
+CHUNK_SG = 2  # super-groups per chunk of the fixed summation order (512 K elements)
 
 
 @triton.jit
@@ -53,37 +57,62 @@ def _weight_tile(v, p_s, m_n, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _a_slice(a_ptr, o_r, m_r, kk0, K_TRUE, stride_am, stride_as, INTER, g_gate, g_up,
-             A_DIV: tl.constexpr, A_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Activation columns [kk0, kk0 + 32) of the block's rows, bf16 [BLOCK_M, 32]: row ``o_r // A_DIV``
-    of a, or (A_SPLIT > 1) ``bf16(silu(g·gg) · (u·gu))`` from the split partials of row o_r."""
-    o_kk = kk0 + tl.arange(0, 32)
-    m = m_r[:, None] & (o_kk < K_TRUE)[None, :]
-    if A_SPLIT > 1:
-        p = a_ptr + o_r[:, None] * stride_am + o_kk[None, :]
-        b_g = tl.zeros([BLOCK_M, 32], dtype=tl.float32)
-        b_u = tl.zeros([BLOCK_M, 32], dtype=tl.float32)
-        for s in tl.static_range(A_SPLIT):  # fixed order
-            b_g += tl.load(p + s * stride_as, mask=m, other=0.0)
-            b_u += tl.load(p + s * stride_as + INTER, mask=m, other=0.0)
-        b_g = b_g * g_gate
-        return round_bf16(b_g * tl.sigmoid(b_g) * (b_u * g_up)).to(tl.bfloat16)
+def _dot(a, b, acc):
+    """acc + a @ b (bf16 tiles, fp32 accumulation). Under the interpreter as a broadcast product summed
+    over K: numpy's matmul rounds a row differently depending on its position and the row count, which
+    would hide (or fake) a batch dependence; on a GPU the tensor-core ``tl.dot``."""
+    if INTERPRET:
+        return acc + tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
     else:
-        return tl.load(a_ptr + (o_r // A_DIV)[:, None] * stride_am + o_kk[None, :], mask=m, other=0.0)
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _silu_mul(b_g, b_u, g_gate, g_up):
+    """The gate_up epilogue on fp32 sums: ``bf16(silu(g·gg) · (u·gu))``, still held in fp32."""
+    b_g = b_g * g_gate
+    return round_bf16(b_g * tl.sigmoid(b_g) * (b_u * g_up))
+
+
+@triton.jit
+def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, sg, m_n,
+             A_DIV: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc (and acc_up) += A[:, k_base : k_base + 256] @ W_sg^T for super-group sg of the rows
+    ``row_gate`` (``row_up``) (int32 word offsets [BLOCK_N])."""
+    o_w = tl.arange(0, 32)
+    o_k = tl.arange(0, 32)
+    b_w = tl.load(w32_ptr + (row_gate + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
+    p_s = w8_ptr + (row_gate + sg * 36 + 32) * 4  # the 16 scale bytes of each row
+    if GATED:
+        b_wu = tl.load(w32_ptr + (row_up + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
+        p_su = w8_ptr + (row_up + sg * 36 + 32) * 4
+    p_a = a_ptr + (o_r // A_DIV)[:, None] * stride_am + k_base + o_k[None, :]
+    for i in tl.static_range(4):
+        v_lo, v_hi = e2m1_word_pair(b_w, i)  # nibbles i and i + 4: K elements 32i.. and 32(i + 4)..
+        m_lo = m_r[:, None] & ((k_base + 32 * i + o_k) < K_TRUE)[None, :]
+        b_a = tl.load(p_a + 32 * i, mask=m_lo, other=0.0)
+        m_hi = m_r[:, None] & ((k_base + 32 * (i + 4) + o_k) < K_TRUE)[None, :]
+        b_a2 = tl.load(p_a + 32 * (i + 4), mask=m_hi, other=0.0)
+        acc = _dot(b_a, _weight_tile(v_lo, p_s + 2 * i, m_n, BLOCK_N), acc)
+        acc = _dot(b_a2, _weight_tile(v_hi, p_s + 2 * (i + 4), m_n, BLOCK_N), acc)
+        if GATED:
+            u_lo, u_hi = e2m1_word_pair(b_wu, i)
+            acc_up = _dot(b_a, _weight_tile(u_lo, p_su + 2 * i, m_n, BLOCK_N), acc_up)
+            acc_up = _dot(b_a2, _weight_tile(u_hi, p_su + 2 * (i + 4), m_n, BLOCK_N), acc_up)
+    return acc, acc_up
 
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, w32_ptr, w8_ptr, g_ptr, g13_ptr, c_ptr, sid_ptr, bexp_ptr, tw_ptr,
-    P, N, K_TRUE, N_SG, ROW_WORDS, INTER,
-    stride_am, stride_as, stride_we, stride_ge, stride_cm, stride_cs,
-    A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr, A_SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    a_ptr, w32_ptr, w8_ptr, g_ptr, c_ptr, sid_ptr, bexp_ptr, tw_ptr,
+    P, N, K_TRUE, N_SG, ROW_WORDS,
+    stride_am, stride_we, stride_ge, stride_cm, stride_cc,
+    A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr,
+    CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (for GATED: N = I, the
-    up rows follow at N). w32_ptr / w8_ptr: the packed weights as int32 / uint8 (stride_we and
-    ROW_WORDS in int32 words). stride_as: between A split partials; stride_cs: between output
-    split partials (GATED with SPLIT_K > 1). g13_ptr: the gate/up globals (A_SPLIT > 1)."""
+    """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (GATED: N = I, the up
+    rows follow at N). w32_ptr / w8_ptr: the packed weights as int32 / uint8 (stride_we and
+    ROW_WORDS in int32 words). stride_cc: between chunk partials (GATED, SPLIT_K > 1)."""
     i_b = tl.program_id(0)
     i_n = tl.program_id(1)
     i_s = tl.program_id(2)
@@ -95,50 +124,56 @@ def _moe_gemm_kernel(
     o_r = tl.where(m_r, o_r, 0)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
-    o_w = tl.arange(0, 32)
+    m_c = m_r[:, None] & m_n[None, :]
     row_gate = i_e * stride_we + o_n.to(tl.int64) * ROW_WORDS  # [BLOCK_N] word offsets of the rows
     row_up = row_gate + N * ROW_WORDS
-    g_gate = 1.0
-    g_up = 1.0
-    if A_SPLIT > 1:
-        g_gate = tl.load(g13_ptr + 2 * i_e)
-        g_up = tl.load(g13_ptr + 2 * i_e + 1)
-    per = tl.cdiv(N_SG, SPLIT_K)
-    sg_lo = i_s * per
-    sg_hi = tl.minimum(sg_lo + per, N_SG)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for sg in range(sg_lo, sg_hi):
-        k_base = sg * 256
-        b_w = tl.load(w32_ptr + (row_gate + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
-        p_s = w8_ptr + (row_gate + sg * 36 + 32) * 4  # the 16 scale bytes of each row
-        if GATED:
-            b_wu = tl.load(w32_ptr + (row_up + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
-            p_su = w8_ptr + (row_up + sg * 36 + 32) * 4
-        for i in tl.static_range(4):
-            v_lo, v_hi = e2m1_word_pair(b_w, i)  # nibbles i and i + 4: K elements 32i.. and 32(i + 4)..
-            b_a = _a_slice(a_ptr, o_r, m_r, k_base + 32 * i, K_TRUE, stride_am, stride_as, INTER, g_gate, g_up,
-                           A_DIV, A_SPLIT, BLOCK_M)
-            acc = dot_bf16(b_a, _weight_tile(v_lo, p_s + 2 * i, m_n, BLOCK_N), acc)
-            b_a2 = _a_slice(a_ptr, o_r, m_r, k_base + 32 * (i + 4), K_TRUE, stride_am, stride_as, INTER, g_gate, g_up,
-                            A_DIV, A_SPLIT, BLOCK_M)
-            acc = dot_bf16(b_a2, _weight_tile(v_hi, p_s + 2 * (i + 4), m_n, BLOCK_N), acc)
-            if GATED:
-                u_lo, u_hi = e2m1_word_pair(b_wu, i)
-                acc_up = dot_bf16(b_a, _weight_tile(u_lo, p_su + 2 * i, m_n, BLOCK_N), acc_up)
-                acc_up = dot_bf16(b_a2, _weight_tile(u_hi, p_su + 2 * (i + 4), m_n, BLOCK_N), acc_up)
-    m_c = m_r[:, None] & m_n[None, :]
-    if GATED:
-        if SPLIT_K > 1:  # raw partial sums; the down kernel applies the globals and silu·mul
-            p_c = c_ptr + i_s * stride_cs + o_r[:, None] * stride_cm + o_n[None, :]
+    n_chunks = tl.cdiv(N_SG, CHUNK_SG)
+    per = tl.cdiv(n_chunks, SPLIT_K)
+    tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for c in range(i_s * per, tl.minimum(i_s * per + per, n_chunks)):
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
+            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
+                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
+        if GATED and SPLIT_K > 1:  # this chunk's raw sums; _combine_kernel adds the chunks in order
+            p_c = c_ptr + c * stride_cc + o_r[:, None] * stride_cm + o_n[None, :]
             tl.store(p_c, acc, mask=m_c)
             tl.store(p_c + N, acc_up, mask=m_c)
         else:
-            b_g = acc * tl.load(g_ptr + i_e * stride_ge)
-            b_h = b_g * tl.sigmoid(b_g) * (acc_up * tl.load(g_ptr + i_e * stride_ge + 1))
-            tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], round_bf16(b_h).to(tl.bfloat16), mask=m_c)
+            tot += acc
+            tot_up += acc_up
+    if GATED:
+        if SPLIT_K == 1:
+            b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + i_e * stride_ge), tl.load(g_ptr + i_e * stride_ge + 1))
+            tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_h.to(tl.bfloat16), mask=m_c)
     else:
-        b_y = acc * tl.load(g_ptr + i_e * stride_ge)
+        b_y = tot * tl.load(g_ptr + i_e * stride_ge)
         if ROUTED:
             b_y = b_y * tl.load(tw_ptr + o_r, mask=m_r, other=0.0)[:, None]
         tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_y, mask=m_c)
+
+
+@triton.jit
+def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, stride_pc, stride_pm, stride_hm,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Grid (row blocks, cdiv(N, BLOCK_N)): h = ``_silu_mul`` of the chunk partials added in order."""
+    i_b = tl.program_id(0)
+    i_n = tl.program_id(1)
+    i_e = tl.load(bexp_ptr + i_b).to(tl.int64)
+    if i_e < 0:
+        return
+    o_r = tl.load(sid_ptr + i_b * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    m_r = o_r < P
+    o_r = tl.where(m_r, o_r, 0)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = m_r[:, None] & (o_n < N)[None, :]
+    p = part_ptr + o_r[:, None] * stride_pm + o_n[None, :]
+    tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for c in range(N_CHUNKS):
+        tot += tl.load(p + c * stride_pc, mask=m, other=0.0)
+        tot_up += tl.load(p + c * stride_pc + N, mask=m, other=0.0)
+    b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + 2 * i_e), tl.load(g_ptr + 2 * i_e + 1))
+    tl.store(h_ptr + o_r[:, None] * stride_hm + o_n[None, :], b_h.to(tl.bfloat16), mask=m)
