@@ -59,7 +59,7 @@ class MoeBucket:
 DEFAULTS = {
     "s": MoeBucket(block_m=16, block_n=32, split_k=4, num_warps=4, num_stages=2),
     "m": MoeBucket(block_m=16, block_n=64, split_k=2, num_warps=4, num_stages=2),
-    "l": MoeBucket(block_m=64, block_n=128, split_k=1, num_warps=8, num_stages=2),
+    "l": MoeBucket(block_m=64, block_n=64, split_k=1, num_warps=8, num_stages=2),
 }
 S_MAX_T = 16
 M_MAX_T = 128
