@@ -69,3 +69,24 @@ def test_chat_template_renders_turns_tools_and_thinking(tok):
     assert ("<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
             "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call><|im_end|>\n") in text
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in text
+
+
+def test_serve_refuses_a_checkpoint_without_tokenizer_unless_asked_to_add_it(tiny_checkpoint, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from metainfer.serve.launch import LaunchArgs, build_state
+
+    ckpt = tmp_path / "old"
+    shutil.copytree(tiny_checkpoint("bf16"), ckpt)
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        (ckpt / name).unlink()
+    cmd = [sys.executable, "-m", "metainfer.cli", "serve", "--model", "qwen3.6-35b-a3b-tiny", "--quant", "bf16", "--gpu", "cpu",
+           "--checkpoint", str(ckpt), "--port", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "has no tokenizer" in r.stderr and "--add-tokenizer" in r.stderr
+    args = LaunchArgs("qwen3.6-35b-a3b-tiny", "bf16", "cpu", ckpt, None, "127.0.0.1", 1, None, 2, 64, 4, None, add_tokenizer=True)
+    state = build_state(args)
+    assert (ckpt / "tokenizer.json").is_file() and state.text.stop_ids == (1000, 1002)
+    assert state.text.tokenizer.decode(state.text.encode(TEXT)) == TEXT

@@ -28,6 +28,7 @@ class LaunchArgs:
     max_seq_len: int
     max_queue: int
     served_model_name: str | None
+    add_tokenizer: bool = False
 
 
 def engine_dir(args: LaunchArgs) -> Path:
@@ -65,6 +66,12 @@ def build_state(args: LaunchArgs) -> ServerState:
     if not args.checkpoint.is_dir():
         raise MetainferError(f"--checkpoint {args.checkpoint}: no such folder")
     check_present(args.gpu)
+    if args.add_tokenizer and not (args.checkpoint / "tokenizer_config.json").is_file():
+        from metainfer.checkpoint.tokenizer import write_tokenizer
+        from metainfer.targets import get_model
+
+        write_tokenizer(get_model(args.model), args.checkpoint)
+        print(f"wrote the synthetic tokenizer files of {args.model} into {args.checkpoint}", file=sys.stderr)
     text = TextSide.from_checkpoint(args.checkpoint)
     mod = import_engine(engine_dir(args))
     if not hasattr(mod, "Scheduler"):

@@ -43,7 +43,7 @@ class TextSide:
         if not (checkpoint / "tokenizer.json").is_file() and not (checkpoint / "tokenizer_config.json").is_file():
             raise MetainferError(
                 f"{checkpoint} has no tokenizer (tokenizer.json / tokenizer_config.json). A real checkpoint ships them; "
-                "a synthetic one written before tokenizers were added needs rewriting with `metainfer checkpoint --force`"
+                "for a synthetic one written before they were added, pass --add-tokenizer (writes them into the folder)"
             )
         tok = AutoTokenizer.from_pretrained(checkpoint)
         ids = {tok.eos_token_id} | {tok.convert_tokens_to_ids(t) for t in STOP_TOKENS if t in tok.get_vocab()}
