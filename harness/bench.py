@@ -1,24 +1,27 @@
-"""The gate's bench stage: baseline and candidate engines timed A/B in one process.
+"""The gate's bench stage: baseline and candidate engines timed A/B, each in its own worker process.
 
-Method (docs/BENCHMARKS.md): load both engines (``harness.engine_loader.import_engine``,
-each under its own module name), warm each on every selected workload, then run ``rounds``
-rounds; in each round every workload is measured on both engines back to back with the same
-freshly drawn prompts, the order alternating from round to round (AB, BA, AB, ...) so slow
-drift charges both alike. Each figure states its roofline fraction (``harness.roofline``).
-Statistics and the objective are in ``harness.stats``.
+Method (docs/BENCHMARKS.md): start one worker per engine (``harness.worker``: private copies,
+identically shaped paths, so neither can tell its role), load both, warm each on every selected
+workload, then run ``rounds`` rounds; in each round every workload is measured on both engines
+back to back with the same prompts, the order alternating from round to round (AB, BA, AB, ...)
+so slow drift charges both alike. Prompts are drawn in the judge from the seed mixed with a
+secret nonce and sent after ``load`` returned. The clock runs in the judge: it starts before a
+request is sent and stops when the outputs arrived as Python ints. Every output is then checked
+in full against the baseline's (``harness.bench_outputs``). Each figure states its roofline
+fraction (``harness.roofline``). Statistics and the objective are in ``harness.stats``.
 """
 
 from __future__ import annotations
 
-import gc
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from harness import roofline, stats
-from harness.engine_loader import import_engine
-from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, EngineRunner, Runner, Shapes, Workload, measure, parse_workloads
+from harness.bench_outputs import check_outputs
+from harness.nonce import prompt_seed
+from harness.worker import EngineError, Worker, WorkerLimits
+from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, Runner, Shapes, Workload, WorkerRunner, measure, parse_workloads
 from metainfer.targets import GpuProfile, get_quant
 
 
@@ -29,7 +32,9 @@ class BenchConfig:
     Attributes:
         workloads: names from ``harness.workloads.WORKLOADS``, in order.
         rounds: A/B rounds (samples per engine per workload), at least 1; 5+ for a usable noise bar.
-        seed: seeds the prompts (round r, workload w draw from ``seed*1000 + 10*r + w``).
+        seed: seeds the prompts (round r, workload w draw from ``s*1000 + 10*r + w``, s = ``prompt_seed(seed, nonce)``).
+        nonce: the secret nonce mixed into ``seed`` (``harness.nonce``); None: the seed alone.
+        limits: worker call limits; isolation: worker isolation level (None: the strongest that works).
         shapes: ``FULL_SHAPES`` on a GPU, ``CPU_SHAPES`` scaled down.
         device: ``"cuda"`` or ``"cpu"``.
         gpu: the GPU profile for roofline figures.
@@ -42,6 +47,14 @@ class BenchConfig:
     device: str
     gpu: GpuProfile
     warmup: int = 1
+    nonce: int | None = None
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
+    isolation: str | None = None
+
+    @property
+    def prompt_seed(self) -> int:
+        """The seed the bench prompts are drawn from (``harness.nonce.prompt_seed``)."""
+        return prompt_seed(self.seed, self.nonce)
 
 
 def shapes_for(scale: str) -> Shapes:
@@ -88,13 +101,31 @@ def summary(samples: list[float]) -> dict:
     return {"median": statistics.median(samples), "spread": stats.spread(samples), "samples": samples}
 
 
-def load_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig, vocab: int) -> EngineRunner:
-    """Import and load one engine for benchmarking (cache sized for the workload shapes)."""
-    module = import_engine(engine_dir)
+def start_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig, vocab: int,
+                 deadline: float | None = None) -> tuple[WorkerRunner, float]:
+    """Start one engine's worker and send it ``load`` (cache sized for the workload shapes); returns the runner
+    and the load's deadline, for :func:`finish_load` (two engines load side by side)."""
+    worker = Worker("engine", engine_dir=engine_dir, limits=config.limits, isolation=config.isolation)
+    worker.stage_deadline = deadline
     s = config.shapes
-    engine = module.load(str(checkpoint_dir), device=config.device, max_batch=max(s.streams, 1) + 1,
-                         max_seq_len=s.prompt + s.output + 8)
-    return EngineRunner(name, module, engine, vocab)
+    try:
+        import torch
+
+        due = worker.send("engine.load", timeout=config.limits.load_s, engine_dir=str(worker.engine_dir),
+                          checkpoint=str(Path(checkpoint_dir).resolve()), device=config.device,
+                          max_batch=max(s.streams, 1) + 1, max_seq_len=s.prompt + s.output + 8, threads=torch.get_num_threads())
+    except BaseException:
+        worker.close()
+        raise
+    return WorkerRunner(name, worker, vocab), due
+
+
+def finish_load(runner: WorkerRunner, due: float) -> None:
+    """Wait for ``load`` to return. Raises ``BenchError`` when it raised, ``WorkerFailure`` when the worker overran or died."""
+    try:
+        runner.worker.receive("engine.load", due)
+    except EngineError as err:
+        raise BenchError(f"{runner.name}: load raised {err}") from None
 
 
 @dataclass
@@ -128,16 +159,24 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     workloads = parse_workloads(config.workloads)
     text, quant = model_facts(checkpoint_dir)
     vocab = text["vocab_size"]
-    runners: list[Runner] = [load_runner("candidate", candidate_dir, checkpoint_dir, config, vocab)]
-    if baseline_dir is not None:
-        runners.append(load_runner("baseline", baseline_dir, checkpoint_dir, config, vocab))
-    samples = _ab_rounds(runners, workloads, config)
-    check_same_outputs(runners)
-    runners.clear()  # free both engines before the next gate stage or process
-    gc.collect()
-    if config.device == "cuda":
-        torch.cuda.empty_cache()
-    return summarize(samples, workloads, text, quant, config)
+    deadline = time.monotonic() + config.limits.stage_s
+    runners: list[WorkerRunner] = []
+    try:
+        pending = [start_runner("candidate", candidate_dir, checkpoint_dir, config, vocab, deadline)]
+        runners.append(pending[0][0])
+        if baseline_dir is not None:
+            pending.append(start_runner("baseline", baseline_dir, checkpoint_dir, config, vocab, deadline))
+            runners.append(pending[1][0])
+        for runner, due in pending:
+            finish_load(runner, due)
+        samples = _ab_rounds(runners, workloads, config)
+        check = check_outputs(runners[0], runners[1]) if len(runners) == 2 else None
+    finally:
+        for r in runners:
+            r.worker.close()
+    res = summarize(samples, workloads, text, quant, config)
+    res.data["output_check"] = check.to_dict() if check else None
+    return res
 
 
 def _ab_rounds(runners: list[Runner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
@@ -150,7 +189,7 @@ def _ab_rounds(runners: list[Runner], workloads: list[Workload], config: BenchCo
     for rnd in range(config.rounds):
         order = runners if rnd % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
         for wi, w in enumerate(workloads):
-            seed = config.seed * 1000 + 10 * rnd + wi  # same prompts for both engines of this round
+            seed = config.prompt_seed * 1000 + 10 * rnd + wi  # same prompts for both engines of this round
             for runner in order:
                 samples[runner.name][w.name].append(measure(w, runner, config.shapes, seed))
     return samples
@@ -160,7 +199,7 @@ def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Worklo
               config: BenchConfig) -> BenchResult:
     """Turn raw samples (``{"candidate": {workload: [...]}, "baseline": ...}``) into the bench JSON and verdict."""
     out: dict = {"scaled_down": config.shapes.scaled_down, "shapes": config.shapes.to_dict(), "rounds": config.rounds,
-                 "seed": config.seed, "gpu_profile": config.gpu.name, "quant": quant,
+                 "seed": config.seed, "prompt_nonce": config.nonce, "gpu_profile": config.gpu.name, "quant": quant,
                  "spread_definition": "(max - min) / median of the samples",
                  "noise_definition": "half relative range of per-round paired ratios; objective: RMS over workloads",
                  "workloads": {}, "objective": None}
@@ -194,46 +233,19 @@ def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: Ben
         harness.workloads.BenchError: the engine broke a workload's rules.
     """
     text, quant = model_facts(checkpoint_dir)
-    runner = load_runner("engine", engine_dir, checkpoint_dir, config, text["vocab_size"])
+    runner, due = start_runner("engine", engine_dir, checkpoint_dir, config, text["vocab_size"],
+                               time.monotonic() + config.limits.stage_s)
     out = {}
-    for wi, w in enumerate(parse_workloads(config.workloads)):
-        name = w.name
-        for i in range(config.warmup):
-            measure(w, runner, config.shapes, seed=-1 - i)
-        samples = [measure(w, runner, config.shapes, seed=config.seed * 1000 + 10 * r + wi) for r in range(config.rounds)]
-        roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
-        s = summary(samples)
-        out[name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, **s, "roofline": roof,
-                     "roofline_fraction": fraction(w, s["median"], roof)}
+    try:
+        finish_load(runner, due)
+        for wi, w in enumerate(parse_workloads(config.workloads)):
+            for i in range(config.warmup):
+                measure(w, runner, config.shapes, seed=-1 - i)
+            samples = [measure(w, runner, config.shapes, seed=config.prompt_seed * 1000 + 10 * r + wi) for r in range(config.rounds)]
+            roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
+            s = summary(samples)
+            out[w.name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, **s, "roofline": roof,
+                           "roofline_fraction": fraction(w, s["median"], roof)}
+    finally:
+        runner.worker.close()
     return out
-
-
-#: Fewest first tokens compared, and the least share that must agree, for the A/B output check.
-#: honest engines that both passed parity disagree only on rare near-ties; at 0.5 an engine that skipped
-#: decode for bench-shaped calls and answered 1-token calls blindly got through (5 of 7 agreeing)
-MIN_COMPARED, MIN_AGREEMENT = 4, 0.9
-
-
-def check_same_outputs(runners: list[Runner]) -> None:
-    """Check that candidate and baseline produced the same first token on the prompts both were timed on.
-
-    Both passed parity, so their greedy first tokens agree up to rare near-ties; an engine that
-    computes something else when it is being benchmarked (skips layers for bench-shaped calls)
-    agrees by chance only (about 1 / vocab).
-
-    Raises:
-        harness.workloads.BenchError: fewer than ``MIN_AGREEMENT`` of at least ``MIN_COMPARED``
-            shared first tokens agree.
-    """
-    logs = [getattr(r, "first_tokens", None) for r in runners]
-    if len(runners) < 2 or any(log is None for log in logs):
-        return
-    shared = logs[0].keys() & logs[1].keys()
-    if len(shared) < MIN_COMPARED:
-        return
-    agree = sum(logs[0][k] == logs[1][k] for k in shared)
-    if agree < MIN_AGREEMENT * len(shared):
-        raise BenchError(
-            f"{runners[0].name} and {runners[1].name} disagree on the first greedy token of {len(shared) - agree} of "
-            f"{len(shared)} bench prompts: the engine computes something else when benchmarked than under parity"
-        )

@@ -1,8 +1,9 @@
-"""Import an engine package from its folder under a unique module name.
+"""Import an engine package from its folder under a unique module name (inside a worker process only).
 
-Two engines (the baseline and the candidate) are both packages called ``engine``; the A/B
-benchmark holds both in one process, so each is imported as ``_mi_engine_<n>`` with its own
-submodules. The harness calls only the public API (docs/CONTRACTS.md, "The engine").
+The judge never imports engine code: ``harness.worker_main`` calls this in the engine's worker
+process (and the static stage's audited import runs in a worker too). Each import gets its own
+module name ``_mi_engine_<n>`` with its own submodules, so two imports in one process (tools,
+scripts) do not share state. The caller uses only the public API (docs/CONTRACTS.md, "The engine").
 """
 
 from __future__ import annotations

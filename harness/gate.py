@@ -1,12 +1,17 @@
 """The gate: ``python -m harness.gate`` runs static -> parity -> bench and writes one JSON.
 
 Contract (docs/CONTRACTS.md, "The gate"): stages run in order and the gate stops at the first
-red one, so nothing is timed on a red parity gate; the JSON (schema 1) is rewritten
-atomically after every stage (and once before the first), so a gate killed from outside
+red one, so nothing is timed on a red parity gate; the JSON (schema 2, ``harness.result``) is
+rewritten atomically after every stage (and once before the first), so a gate killed from outside
 leaves what it had, with ``complete: false`` and ``running`` naming the stage it was in.
 Exit status: 0 green, 1 red, 2 usage error (bad arguments, missing folders, wrong GPU).
-An exception inside a stage (the engine crashed) makes that stage red with the error, never
-a crashed gate.
+
+The judge never imports engine code: every stage runs the engines (and the HF reference) in
+worker processes of their own (``harness.worker``), each call under a wall-clock limit. A stage
+is red with verdict ``fail`` (figures or checks), ``timeout`` (a worker overran its limit and was
+killed), ``crashed`` (a worker died) or ``tampered`` (the judge's files or the checkpoint changed
+while it ran: its figures are void). The judge's files (``harness.hashing.judge_digest``) and the
+checkpoint's fingerprint (``harness.fingerprint``) are checked before and after every stage.
 """
 
 from __future__ import annotations
@@ -19,15 +24,15 @@ import secrets
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.env import env_info
 from harness.hashing import harness_digest
+from harness.result import GateResult, StageResult
 
 STAGES = ("static", "parity", "bench")
-SCHEMA = 1
 
 
 class UsageError(ValueError):
@@ -50,6 +55,10 @@ class GateArgs:
     json_out: Path
     parity_lengths: tuple[int, ...] | None = None
     parity_steps: int | None = None
+    prompt_nonce: int | None = None
+    timeout_scale: float = 1.0
+    isolation: str | None = None
+    limits: object | None = None  # harness.worker.WorkerLimits; None: WorkerLimits.for_scale(scale) x timeout_scale
 
     @property
     def device(self) -> str:
@@ -70,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma list of ttft,decode-bs1,conc32")
     p.add_argument("--parity-lengths", default=None, help="comma list of prompt lengths for a quick parity check (default: docs/PARITY.md's full set)")
     p.add_argument("--parity-steps", type=int, default=None, help="teacher-forced decode steps per parity prompt (default: docs/PARITY.md)")
+    p.add_argument("--prompt-nonce", type=int, default=None, help="reproduce a gate run: the nonce its JSON records under nonces.gate (default: fresh, secret until the gate ends)")
+    p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every worker time limit (defaults per --scale: harness.worker.WorkerLimits)")
+    p.add_argument("--isolation", choices=("namespace", "process"), default=None, help="worker isolation (default: the strongest that works here)")
     p.add_argument("--json", dest="json_out", required=True, type=Path, help="where the gate JSON goes")
     return p
 
@@ -107,10 +119,13 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
         raise UsageError(f"--parity-lengths {a.parity_lengths!r}: expected comma-separated integers such as 1,64,65") from None
     if (lengths and min(lengths) < 1) or (a.parity_steps is not None and a.parity_steps < 1):
         raise UsageError("--parity-lengths and --parity-steps must be positive")
+    if not a.timeout_scale > 0:
+        raise UsageError(f"--timeout-scale must be positive, got {a.timeout_scale}")
     seed = a.seed if a.seed is not None else secrets.randbelow(2**31)
     scale = a.scale or ("cpu" if a.gpu == "cpu" else "full")
     return GateArgs(a.engine.resolve(), a.checkpoint.resolve(), a.baseline.resolve() if a.baseline else None, a.gpu,
-                    stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps)
+                    stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps, a.prompt_nonce,
+                    a.timeout_scale, a.isolation)
 
 
 def _json_safe(x):
@@ -135,83 +150,113 @@ def write_json(path: Path, record: dict) -> None:
     os.replace(tmp, path)
 
 
-def _stage_static(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]:
-    from harness.static_checks import run_static
+def _limits(args: GateArgs):
+    from harness.worker import WorkerLimits
 
-    res = run_static(args.engine, args.checkpoint)
-    return res.ok, res.error, res.to_dict()
-
-
-def _stage_parity(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]:
-    from harness.parity import run_parity
-
-    quick = {k: v for k, v in (("lengths", args.parity_lengths), ("steps", args.parity_steps)) if v is not None}
-    res = run_parity(args.engine, args.checkpoint, seed=args.seed, device=args.device, **quick)
-    data = res.to_json()
-    record["parity"] = data
-    error = None
-    if not res.ok:
-        failures = [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
-        error = res.error or (f"prefill max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, decode "
-                              f"max_decode_rel_err {data.get('max_decode_rel_err')} vs tolerance {data.get('decode_tolerance')}, "
-                              f"worst prompt {data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
-    return res.ok, error, {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds")}
+    base = args.limits if args.limits is not None else WorkerLimits.for_scale(args.scale)
+    return base.scaled(args.timeout_scale) if args.timeout_scale != 1.0 else base
 
 
-def _stage_bench(args: GateArgs, record: dict) -> tuple[bool, str | None, dict]:
-    from harness.bench import BenchConfig, run_bench, shapes_for
-    from metainfer.targets import get_gpu
+class _Integrity:
+    """The judge's files and the checkpoint, fingerprinted before the gate and compared after every stage.
 
-    config = BenchConfig(list(args.workloads), args.rounds, args.seed, shapes_for(args.scale), args.device, get_gpu(args.gpu))
-    res = run_bench(args.engine, args.checkpoint, config, args.baseline)
-    record["bench"] = res.data
-    return res.ok, None, {"objective": res.data.get("objective")}
+    At ``namespace`` isolation no worker can write either (read-only mounts), so a change to the
+    judge's files comes from outside the gate (a person editing the checkout): it is recorded in
+    ``outside_changes``, not charged to the engine. At ``process`` isolation it is tampering.
+    A changed checkpoint is tampering at both levels (whoever did it, the figures are void).
+    """
+
+    def __init__(self, checkpoint: Path, isolation: str) -> None:
+        from harness.fingerprint import fingerprint, summary_digest
+        from harness.hashing import judge_files
+
+        self.checkpoint, self.isolation, self.memo, self.seconds = checkpoint, isolation, {}, 0.0
+        self.outside_changes: list[str] = []
+        t = time.perf_counter()
+        self.judge = judge_files()
+        self.marks = fingerprint(checkpoint, self.memo)
+        self.checkpoint_digest = summary_digest(self.marks)
+        self.seconds += time.perf_counter() - t
+
+    def changes(self) -> list[str]:
+        """What changed since the first fingerprint that voids a stage (empty when nothing did)."""
+        from harness.fingerprint import differences, fingerprint
+        from harness.hashing import changed_files, judge_files
+
+        t = time.perf_counter()
+        out = []
+        now = judge_files()
+        files = changed_files(self.judge, now)
+        if files and self.isolation == "namespace":
+            self.outside_changes += [f for f in files if f not in self.outside_changes]
+            self.judge = now
+        elif files:
+            out.append(f"the judge's files changed: {', '.join(files[:6])}")
+        try:
+            out += [f"checkpoint: {d}" for d in differences(self.marks, fingerprint(self.checkpoint, self.memo))]
+        except OSError as err:
+            out.append(f"checkpoint: {err}")
+        self.seconds += time.perf_counter() - t
+        return out
 
 
-_RUNNERS = {"static": _stage_static, "parity": _stage_parity, "bench": _stage_bench}
+def run_gate(args: GateArgs) -> GateResult:
+    """Run the selected stages in order, stopping at the first red one; return the result (also written to ``args.json_out``)."""
+    from harness import worker_isolation
+    from harness.gate_stages import STAGE_RUNNERS, StageContext, StageOutcome
+    from harness.nonce import fresh_nonce, stage_nonce
+    from harness.worker import WorkerFailure
 
-
-def run_gate(args: GateArgs) -> dict:
-    """Run the selected stages in order, stopping at the first red one; return the final record (also written to ``args.json_out``)."""
-    record = {
-        "schema": SCHEMA, "engine": str(args.engine), "baseline": str(args.baseline) if args.baseline else None,
-        "checkpoint": str(args.checkpoint), "seed": args.seed, "gpu_profile": args.gpu, "device": args.device,
+    isolation = args.isolation or worker_isolation.detect()
+    limits = _limits(args)
+    gate_nonce = args.prompt_nonce if args.prompt_nonce is not None else fresh_nonce()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result = GateResult(seed=args.seed, env=env_info(args.engine), isolation=isolation, meta={
+        "engine": str(args.engine), "baseline": str(args.baseline) if args.baseline else None,
+        "checkpoint": str(args.checkpoint), "gpu_profile": args.gpu, "device": args.device,
         "stages_selected": list(args.stages),
         "parity_quick": {"lengths": list(args.parity_lengths) if args.parity_lengths else None, "steps": args.parity_steps}
-        if args.parity_lengths or args.parity_steps else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "harness_digest": harness_digest(), "env": env_info(args.engine),
-        "stages": [], "ok": False, "complete": False, "running": None, "parity": None, "bench": None,
-    }
-    from harness import integrity
-
+        if args.parity_lengths or args.parity_steps else None, "started": started, "harness_digest": harness_digest(),
+        "limits": asdict(limits)})
+    integrity = _Integrity(args.checkpoint, isolation)
+    result.meta["checkpoint_digest"] = integrity.checkpoint_digest
     ok = True
-    integrity.import_judge()
-    pristine = integrity.snapshot()  # after the judge's own imports, before any stage imports the engine
     for name in args.stages:
-        record["running"] = name
-        write_json(args.json_out, record)
+        result.running = name
+        write_json(args.json_out, result.to_json())
+        nonce = stage_nonce(gate_nonce, name)
         t0 = time.perf_counter()
         try:
-            stage_ok, error, detail = _RUNNERS[name](args, record)
-        except Exception as err:  # the engine under test crashed: a red stage that says where, not a crashed judge
-            tb = traceback.format_exc(limit=-6)
-            stage_ok, error, detail = False, f"{type(err).__name__}: {err}", {"traceback": tb}
-        tampered = integrity.changed(pristine)
-        if tampered:  # the stage's figures came from the engine's functions, not the judge's
-            integrity.restore(pristine)
-            stage_ok = False
-            if isinstance(record.get(name), dict):  # its figures are void: say so where consumers read them
-                record[name] |= {"ok": False, "tampered": tampered}
-            error = f"the engine replaced functions the judge computes with: {', '.join(tampered[:8])}; engines may not patch torch, numpy, time or the harness"
-        record["stages"].append({"name": name, "ok": bool(stage_ok), "seconds": round(time.perf_counter() - t0, 3),
-                                 "error": error, "detail": detail})
-        if not stage_ok:
+            out = STAGE_RUNNERS[name](StageContext(args, limits, isolation, nonce))
+        except WorkerFailure as err:  # a worker overran its limit or died; it has been killed
+            out = StageOutcome(err.verdict, str(err), {"stderr_tail": err.stderr_tail})
+        except Exception as err:  # an engine broke a rule the judge checks (BenchError), or raised where it may not
+            out = StageOutcome("fail", f"{type(err).__name__}: {err}", {"traceback": traceback.format_exc(limit=-6)})
+        seconds = time.perf_counter() - t0
+        if out.block is not None:
+            setattr(result, name, out.block)
+        changed = integrity.changes()
+        if changed:  # the figures of this stage are void: say so where consumers read them
+            out = StageOutcome("tampered", "the judge's files or the checkpoint changed during the stage: "
+                               + "; ".join(changed[:8]) + "; engines may write only their own private work folder",
+                               {"changes": changed})
+            if isinstance(getattr(result, name, None), dict):
+                getattr(result, name).update({"ok": False, "tampered": changed})
+        if name in ("parity", "bench"):
+            result.nonces[name] = nonce
+        result.stages.append(StageResult(name, out.verdict == "pass", out.verdict, seconds, out.error, out.detail))
+        if out.verdict != "pass":
             ok = False
             break
-    record |= {"ok": ok, "complete": True, "running": None,
-               "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    write_json(args.json_out, record)
-    return record
+    result.nonces["gate"] = gate_nonce
+    result.timings["integrity_s"] = round(integrity.seconds, 3)
+    result.meta["integrity"] = {"outside_changes": integrity.outside_changes,
+                                "note": "files of the judge changed by someone outside the gate (workers cannot write them)"
+                                if integrity.outside_changes else None}
+    result.ok, result.complete, result.running = ok, True, None
+    result.meta["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_json(args.json_out, result.to_json())
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,14 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exit_:
         return 2 if exit_.code else 0
-    record = run_gate(args)
-    for st in record["stages"]:
-        print(f"gate: {st['name']:<7} {'ok' if st['ok'] else 'RED'}  {st['seconds']:.1f}s" + (f"  {st['error']}" if st["error"] else ""))
-    obj = (record.get("bench") or {}).get("objective")
+    try:
+        result = run_gate(args)
+    except Exception as err:  # the checkpoint is unreadable, the reference broke: the judge's own failure
+        print(f"gate: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    for st in result.stages:
+        print(f"gate: {st.name:<7} {'ok' if st.ok else 'RED'}  {st.verdict:<8} {st.seconds:.1f}s" + (f"  {st.error}" if st.error else ""))
+    obj = (result.bench or {}).get("objective")
     if obj:
         print(f"gate: speedup {obj['speedup']:.4f} noise {obj['noise']:.4f} beats_baseline {obj['beats_baseline']}")
-    print(f"gate: {'GREEN' if record['ok'] else 'RED'} -> {args.json_out}")
-    return 0 if record["ok"] else 1
+    print(f"gate: {'GREEN' if result.ok else 'RED'} ({result.isolation} isolation) -> {args.json_out}")
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

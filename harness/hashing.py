@@ -39,3 +39,28 @@ def harness_digest(root: str | Path = HARNESS_DIR) -> str:
         h.update(b"\0%d\0" % len(data))
         h.update(data)
     return h.hexdigest()
+
+
+#: The packages of shared model facts the judge imports (their files are part of the judge).
+SHARED_FACTS = ("targets", "checkpoint", "formats", "errors")
+
+
+def judge_files() -> dict[str, str]:
+    """``{path: sha256}`` of every file of the judge: ``harness/`` and the shared model-fact modules of
+    ``metainfer`` it imports (``SHARED_FACTS``); paths relative to the repository root, bytecode skipped."""
+    repo = HARNESS_DIR.parent
+    roots = [HARNESS_DIR] + [repo / "metainfer" / n for n in SHARED_FACTS] + [repo / "metainfer" / f"{n}.py" for n in SHARED_FACTS]
+    out: dict[str, str] = {}
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        for p in files:
+            rel = p.relative_to(repo)
+            if _SKIP_DIRS.intersection(rel.parts) or p.suffix in _SKIP_SUFFIXES:
+                continue
+            out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Paths added, removed or changed between two :func:`judge_files` maps, sorted."""
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

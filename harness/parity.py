@@ -1,73 +1,83 @@
-"""The parity stage: an engine against HF transformers on fresh seeded prompts (docs/PARITY.md).
+"""The parity stage: an engine against HF transformers on fresh prompts (docs/PARITY.md), each in its own process.
 
+The reference (``harness.reference_cache.ReferenceCache``) and the engine run in worker
+processes (``harness.worker``); the judge draws the prompts from the seed mixed with a secret
+nonce (``prompt_seed``), sends them after ``load`` returned, and compares the plain results here.
 For each prompt the reference greedily continues ``DECODE_STEPS`` tokens and gives teacher-forced
-logits over prompt + continuation. The engine is fed the same tokens (prefill of the prompt, then
-one ``decode`` per continuation token), once per prompt alone and once with all prompts batched;
-its own greedy generation is compared too. On any failure, per-layer hidden states name the
-first layer over tolerance. The engine is used only through its public API (docs/CONTRACTS.md).
+logits over prompt + continuation and its per-layer hidden states. The engine is fed the same
+tokens (prefill of the prompt, then one ``decode`` per continuation token), once per prompt alone
+and once with all prompts batched; its own greedy generation is compared too, and its hidden
+states of every prompt are held to the per-layer tolerances (``Tolerance.hidden(i)``), so a
+layer-local precision cut shows even when the logits stay within tolerance.
 """
 
 from __future__ import annotations
 
 import time
-import traceback
 from pathlib import Path
 
 import torch
 
-from harness.engine_loader import import_engine
 from harness.parity_metrics import (
     first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, rel_l2, trivial_reason,
 )
+from harness.nonce import prompt_seed
 from harness.parity_result import ParityResult, PromptFigures, format_table
 from harness.prompts import DECODE_STEPS, LENGTHS, Prompt, fresh_seed, make_prompts
-from harness.reference import Reference, ReferenceRun, parse_dtype
+from harness.reference import ReferenceRun
+from harness.reference_cache import ReferenceCache, default_reference_dtype
 from harness.tolerances import Tolerance, get_tolerance
+from harness.worker import EngineError, Worker, WorkerFailure, WorkerLimits
 from metainfer.errors import MetainferError
 
-__all__ = ["EngineDirError", "ParityResult", "format_table", "run_parity"]
-
-#: Layers bisected at most per run (each costs one engine prefill and one reference forward).
-MAX_BISECT = 3
+__all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_reference_dtype", "format_table", "prompt_seed",
+           "run_parity"]
 
 
 class EngineDirError(MetainferError):
-    """The engine folder holds no importable engine package."""
+    """The engine folder holds no engine package."""
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+class _Engine:
+    """The engine's public API, called in its worker (plain data in, CPU tensors out)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    def prefill(self, prompts: list[list[int]], return_hidden: bool = False) -> dict:
+        return self.w.call("engine.prefill", prompts=prompts, return_hidden=return_hidden)
+
+    def decode(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
+        return self.w.call("engine.decode", slots=slots, tokens=tokens)
+
+    def release(self, slots: list[int]) -> None:
+        self.w.call("engine.release", slots=slots)
+
+    def generate(self, prompts: list[list[int]], n: int) -> list[list[int]]:
+        return self.w.call("engine.generate", prompts=prompts, max_tokens=n)
 
 
-def default_reference_dtype(device: str, checkpoint: Path) -> str:
-    """``float32`` unless on CUDA the fp32 model would take over half the GPU's memory, then ``bfloat16``."""
-    if torch.device(device).type != "cuda":
-        return "float32"
-    from metainfer.checkpoint import CheckpointReader
-    from metainfer.targets.models import ModelSpec
-
-    params = ModelSpec("checkpoint", "qwen3_5_moe", CheckpointReader(checkpoint).config).param_count()["total"]
-    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return "float32" if 4 * params < total / 2 else "bfloat16"
-
-
-def _teacher_forced(engine, seqs: list[ReferenceRun]) -> list[torch.Tensor]:
+def _teacher_forced(engine: _Engine, seqs: list[ReferenceRun]) -> list[torch.Tensor]:
     """Prefill the prompts together, then decode the reference's tokens: float32 [P_i + n, V] per sequence."""
     res = engine.prefill([s.prompt for s in seqs])
-    rows = [[lg.float().cpu()] for lg in res.logits]
+    rows = [[lg.float()] for lg in res["logits"]]
+    if len(rows) != len(seqs):
+        raise ValueError(f"prefill of {len(seqs)} prompts returned {len(rows)} logit tensors")
     try:
         for j in range(len(seqs[0].continuation)):
-            out = engine.decode(res.slots, [s.continuation[j] for s in seqs])  # [B, V]
+            out = engine.decode(res["slots"], [s.continuation[j] for s in seqs])  # [B, V]
             for i in range(len(seqs)):
-                rows[i].append(out[i : i + 1].float().cpu())
+                rows[i].append(out[i : i + 1].float())
     finally:
-        engine.release(res.slots)
+        engine.release(res["slots"])
     return [torch.cat(r) for r in rows]
 
 
-def _greedy(engine, module, seqs: list[ReferenceRun]) -> list[list[int]]:
-    params = module.SamplingParams(max_tokens=len(seqs[0].continuation), temperature=0.0, ignore_eos=True)
-    return engine.generate([s.prompt for s in seqs], params)
+def _greedy(engine: _Engine, seqs: list[ReferenceRun]) -> list[list[int]]:
+    out = engine.generate([s.prompt for s in seqs], len(seqs[0].continuation))
+    if len(out) != len(seqs):
+        raise ValueError(f"generate for {len(seqs)} prompts returned {len(out)} outputs")
+    return out
 
 
 def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[int], tol: Tolerance, other: torch.Tensor) -> None:
@@ -95,45 +105,45 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
 
 
-def _bisect(engine, reference: Reference, fig: PromptFigures, ref: ReferenceRun, tol: Tolerance) -> None:
-    """Per-layer hidden states of prompt + continuation: record errors and the first layer over tolerance."""
+def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun, tol: Tolerance) -> None:
+    """Per-layer hidden states of prompt + continuation against the reference's: record every layer's error
+    and fail on the first layer over its tolerance (``tol.hidden(i)``)."""
     tokens = ref.prompt + ref.continuation
-    try:
-        res = engine.prefill([tokens], return_hidden=True)
-        engine.release(res.slots)
-    except Exception as err:  # keep the figures already measured; say why there is no layer
-        fig.failures.append(f"bisection prefill raised {type(err).__name__}: {err}")
-        return
-    if res.hidden is None:
+    res = engine.prefill([tokens], return_hidden=True)
+    engine.release(res["slots"])
+    if not res["hidden"]:
         fig.failures.append("engine returned no hidden states for return_hidden=True")
         return
-    fig.layer_errors = layer_errors(res.hidden[0].float().cpu(), reference.hidden_states(tokens))
-    bad = first_bad_layer(fig.layer_errors, [tol.hidden(i) for i in range(len(fig.layer_errors))])
-    fig.worst_layer = layer_name(bad) if bad is not None else "none (the prefill path is within tolerance at every layer)"
+    r = reference.hidden(tokens)
+    e = res["hidden"][0].float()
+    if tuple(e.shape) != tuple(r.shape):
+        fig.failures.append(f"hidden states of shape {tuple(e.shape)}, expected {tuple(r.shape)} ([L + 1, T, H])")
+        return
+    fig.layer_errors = layer_errors(e, r)
+    limits = [tol.hidden(i) for i in range(len(fig.layer_errors))]
+    bad = first_bad_layer(fig.layer_errors, limits)
+    if bad is not None:
+        fig.worst_layer = layer_name(bad)
+        fig.failures.append(f"hidden state after {layer_name(bad)} rel err {fig.layer_errors[bad]:.3g} > {limits[bad]:.3g}")
 
 
-def _evaluate(engine, module, reference, prompts: list[Prompt], refs: list[ReferenceRun], tol: Tolerance) -> list[PromptFigures]:
+def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
+              tol: Tolerance) -> list[PromptFigures]:
     alone = [_teacher_forced(engine, [r])[0] for r in refs]
-    alone_greedy = [_greedy(engine, module, [r])[0] for r in refs]
+    alone_greedy = [_greedy(engine, [r])[0] for r in refs]
     batched = _teacher_forced(engine, refs)
-    batched_greedy = _greedy(engine, module, refs)
+    batched_greedy = _greedy(engine, refs)
     figs: list[PromptFigures] = []
     for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
         _judge(fa, ea, ref, ga, tol, eb)
+        _hidden_check(engine, reference, fa, ref, tol)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
         _judge(fb, eb, ref, gb, tol, ea)
-        fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() else float("nan")
+        fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() and ea.shape == eb.shape else float("nan")
         if not fb.batch_rel_err <= tol.batch:
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
         figs += [fa, fb]
-    failing = sorted((f for f in figs if f.failures), key=lambda f: -_score(f, tol))
-    done: set[str] = set()
-    for f in failing:
-        if f.prompt in done or len(done) >= MAX_BISECT:
-            continue
-        done.add(f.prompt)
-        _bisect(engine, reference, f, refs[[p.name for p in prompts].index(f.prompt)], tol)
     return figs
 
 
@@ -157,6 +167,10 @@ def run_parity(
     lengths: tuple[int, ...] = LENGTHS,
     steps: int = DECODE_STEPS,
     reference_device: str | None = None,
+    reference: ReferenceCache | None = None,
+    prompt_nonce: int | None = None,
+    limits: WorkerLimits | None = None,
+    isolation: str | None = None,
 ) -> ParityResult:
     """Run the parity stage of the engine in ``engine_dir`` on the checkpoint in ``checkpoint_dir``.
 
@@ -165,48 +179,75 @@ def run_parity(
         device: ``cpu`` or ``cuda[:N]``; engine and reference both run there.
         reference_dtype: ``float32`` / ``bfloat16``; None: see :func:`default_reference_dtype`.
         lengths, steps: prompt lengths and teacher-forced decode steps (defaults: docs/PARITY.md).
-        reference_device: where the reference runs if not on ``device`` (e.g. ``cuda:1`` when a
-            bf16 engine and a bf16 reference of the full model do not fit on one GPU together).
+        reference_device: where the reference runs if not on ``device``.
+        reference: a ``ReferenceCache`` to reuse across engines (its nonce, device and dtype win);
+            None: one is made for this run and closed at its end.
+        prompt_nonce: mixed into the prompt seed (``prompt_seed``); None: the cache's nonce, a fresh
+            secret one when no cache is given. Recorded in the result, so a run can be reproduced.
+        limits, isolation: worker call limits and isolation level (``harness.worker``).
     Returns:
-        ``ParityResult``; an exception raised by the engine while running makes it a failed
-        result (``error`` set), not an exception.
+        ``ParityResult``; an engine that raises, overruns a limit (``verdict == "timeout"``) or dies
+        (``"crashed"``) makes a failed result, not an exception.
     Raises:
-        EngineDirError: no engine package in ``engine_dir``, or it fails to import.
+        EngineDirError: no engine package in ``engine_dir``.
         metainfer.errors.CheckpointError: the checkpoint folder does not validate.
         UnknownNameError: no tolerance is defined for the dtype pair.
-        ValueError: bad dtype name, or the engine refuses the checkpoint or device at load.
+        ValueError: bad dtype name.
+        harness.worker.WorkerFailure: the reference worker (not the engine) overran or died.
     """
     start = time.perf_counter()
     seed = fresh_seed() if seed is None else seed
-    checkpoint_dir = Path(checkpoint_dir)
+    checkpoint_dir = Path(checkpoint_dir).resolve()
+    if not (Path(engine_dir) / "engine" / "__init__.py").is_file():
+        raise EngineDirError(f"no engine package at {Path(engine_dir) / 'engine'}; render one with `metainfer render`")
+    limits = limits or WorkerLimits()
+    own = reference is None
+    if reference is None:
+        ref_device = reference_device or device
+        reference = ReferenceCache(checkpoint_dir, device=ref_device, dtype=reference_dtype, nonce=prompt_nonce,
+                                   limits=limits, isolation=isolation)
+    elif reference.checkpoint != checkpoint_dir:
+        raise ValueError(f"the reference cache is of {reference.checkpoint}, not {checkpoint_dir}; make one per checkpoint")
+    nonce = reference.nonce if prompt_nonce is None else prompt_nonce
+    prompts = make_prompts(prompt_seed(seed, nonce), reference.vocab_size, lengths)
+    deadline = time.monotonic() + limits.stage_s
+    engine_dtype, figs, error, verdict = "unknown", [], None, "fail"
+    reference.start()
+    worker = Worker("engine", engine_dir=engine_dir, limits=limits, isolation=isolation)
     try:
-        module = import_engine(engine_dir)
-    except (FileNotFoundError, AttributeError, ImportError, SyntaxError) as err:
-        raise EngineDirError(f"cannot import an engine from {engine_dir}: {err}; render one with `metainfer render`") from err
-    ref_device = reference_device or device
-    ref_dtype = parse_dtype(reference_dtype or default_reference_dtype(ref_device, checkpoint_dir))
-    reference = Reference.from_checkpoint(checkpoint_dir, device=ref_device, dtype=ref_dtype)
-    prompts = make_prompts(seed, reference.vocab_size, lengths)
-    engine = module.load(checkpoint_dir, device=device, max_batch=len(prompts), max_seq_len=max(lengths) + steps + 1)
-    engine_dtype = _dtype_name(getattr(engine, "dtype", torch.bfloat16))
-    tol = get_tolerance(engine_dtype, _dtype_name(ref_dtype))
-    refs = [reference.run(p.tokens, steps) for p in prompts]
-    figs, error = [], None
-    try:
-        figs = _evaluate(engine, module, reference, prompts, refs, tol)
-    except Exception as err:  # the engine broke mid-run: a red gate with the reason, not a crash
-        error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"
+        worker.stage_deadline = deadline
+        refs = [reference.run(p.tokens, steps) for p in prompts]
+        try:
+            info = worker.call("engine.load", timeout=limits.load_s, engine_dir=str(worker.engine_dir),
+                               checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
+                               max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
+            engine_dtype = str(info.get("dtype"))
+            tol = get_tolerance(engine_dtype, reference.dtype)
+            figs = _evaluate(_Engine(worker), reference, prompts, refs, tol)
+        except WorkerFailure as err:
+            error, verdict = str(err), err.verdict
+        except (EngineError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as err:
+            if isinstance(err, MetainferError):
+                raise
+            error = f"{type(err).__name__}: {err}" + (f"\n{err.traceback}" if isinstance(err, EngineError) else "")
+    finally:
+        worker.close()
+        if own:
+            reference.close()
+    tol = get_tolerance(engine_dtype, reference.dtype) if engine_dtype != "unknown" else get_tolerance("bfloat16", reference.dtype)
     worst = max(figs, key=lambda f: _score(f, tol), default=None)
     worst_fail = max((f for f in figs if f.failures), key=lambda f: _score(f, tol), default=None)
+    ok = error is None and bool(figs) and all(f.ok for f in figs)
     return ParityResult(
-        ok=error is None and bool(figs) and all(f.ok for f in figs),
+        ok=ok,
         max_rel_err=_worst([f.prompt_rel_err for f in figs]),
         tolerance=tol.logits_prompt,
         max_decode_rel_err=_worst([f.decode_rel_err for f in figs]),
         decode_tolerance=tol.logits_decode,
         worst_prompt=(worst_fail or worst).name if (worst_fail or worst) else None,
         worst_layer=next((f.worst_layer for f in ([worst_fail] if worst_fail else []) + figs if f.worst_layer), None),
-        prompts=figs, seed=seed, reference_dtype=_dtype_name(ref_dtype), engine_dtype=engine_dtype,
+        prompts=figs, seed=seed, reference_dtype=reference.dtype, engine_dtype=engine_dtype,
         tolerances=tol.as_dict(), decode_steps=steps, device=str(device),
-        seconds=time.perf_counter() - start, error=error,
+        seconds=time.perf_counter() - start, error=error, verdict="pass" if ok else verdict, prompt_nonce=nonce,
+        max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
     )

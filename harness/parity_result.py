@@ -21,8 +21,9 @@ class PromptFigures:
         batch_rel_err: ``batched`` only: relative L2 of the batched run's logits against the same
             engine's ``alone`` logits (batch invariance).
         failures: why this entry failed; empty when it passed.
-        layer_errors: on failure, relative L2 per hidden state [L + 1] (0 = embeddings), else None.
-        worst_layer: on failure, the first layer over its tolerance (``layers.3``), else None.
+        layer_errors: ``alone`` entries: relative L2 per hidden state [L + 1] (0 = embeddings) of prompt +
+            continuation against the reference's, held to ``Tolerance.hidden(i)``; None for ``batched``.
+        worst_layer: the first layer over its tolerance (``layers.3``), else None.
     """
 
     prompt: str
@@ -66,7 +67,11 @@ class ParityResult:
         tolerances: every threshold used (``Tolerance.as_dict()``).
         decode_steps: teacher-forced decode steps per prompt.
         device: where engine and reference ran; seconds: wall time of the run.
-        error: an exception the engine raised (its type and message), else None.
+        error: an exception the engine raised (its type and message), or why its worker was killed, else None.
+        verdict: ``pass``, ``fail``, ``timeout`` (the engine's worker overran a limit) or ``crashed`` (it died).
+        prompt_nonce: the nonce mixed into ``seed`` to draw the prompts (``harness.parity.prompt_seed``);
+            passing seed and nonce again reproduces the prompts.
+        max_hidden_rel_err: the largest per-layer hidden-state relative L2 error over all prompts.
     """
 
     ok: bool
@@ -85,6 +90,9 @@ class ParityResult:
     device: str
     seconds: float = 0.0
     error: str | None = None
+    verdict: str = "fail"
+    prompt_nonce: int | None = None
+    max_hidden_rel_err: float | None = None
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -119,7 +127,7 @@ def format_table(result: ParityResult) -> str:
     lines.append(
         f"parity {'PASS' if result.ok else 'FAIL'}: max prefill rel err {result.max_rel_err:.3e} (tolerance {result.tolerance:.3g}), "
         f"max decode rel err {result.max_decode_rel_err:.3e} (tolerance {result.decode_tolerance:.3g}), "
-        f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed}, "
+        f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed} nonce {result.prompt_nonce}, "
         f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
     )
     if result.error:

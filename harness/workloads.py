@@ -101,7 +101,12 @@ def _sync(device: torch.device) -> None:
 
 
 def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
-    """Seconds for one ``generate`` call, synchronised on CUDA; checks the outputs."""
+    """Seconds for one ``generate`` call, on the judge's clock; checks the outputs.
+
+    For a worker runner the clock starts before the request is sent and stops after the outputs
+    arrived in the judge as Python ints (the worker synchronises CUDA before it replies), so no
+    part of the work can happen after the clock stopped.
+    """
     _sync(runner.device)
     t0 = time.perf_counter()
     out = runner.generate(prompts, max_tokens)
@@ -110,12 +115,12 @@ def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
     if len(out) != len(prompts) or any(len(o) != max_tokens for o in out):
         lens = [len(o) for o in out]
         raise BenchError(f"{runner.name}: asked for {len(prompts)} x {max_tokens} tokens (ignore_eos), got lengths {lens[:8]}")
-    if any(not 0 <= t < runner.vocab_size for o in out for t in o):
+    if any(not isinstance(t, int) or not 0 <= t < runner.vocab_size for o in out for t in o):
         raise BenchError(f"{runner.name}: output token ids outside [0, {runner.vocab_size})")
-    log = getattr(runner, "first_tokens", None)
-    if log is not None:  # for the A/B check that both engines computed the same thing (harness.bench)
+    log = getattr(runner, "outputs", None)
+    if log is not None:  # for the A/B check that both engines computed the same thing (harness.bench_outputs)
         for prompt, o in zip(prompts, out):
-            log[(tuple(prompt), max_tokens)] = o[0]
+            log[(tuple(prompt), max_tokens)] = list(o)
     return dt
 
 
@@ -142,16 +147,22 @@ def measure(workload: Workload, runner: Runner, shapes: Shapes, seed: int) -> fl
     raise ValueError(f"unknown workload {workload.name!r}; known: {', '.join(WORKLOADS)}")
 
 
-class EngineRunner:
-    """Our engine behind the ``Runner`` protocol: ``generate`` with ``SamplingParams(max_tokens, temperature=0, ignore_eos=True)``."""
+class WorkerRunner:
+    """An engine in its worker process (``harness.worker``) behind the ``Runner`` protocol: greedy
+    ``generate`` of exactly ``max_tokens`` ids per prompt, EOS ignored.
 
-    def __init__(self, name: str, module, engine, vocab_size: int) -> None:
-        self.name, self.module, self.engine, self.vocab_size = name, module, engine, vocab_size
-        self.device = torch.device(engine.device)
-        #: (prompt, max_tokens) -> first generated token, of every timed call
-        self.first_tokens: dict[tuple[tuple[int, ...], int], int] = {}
+    Attributes:
+        outputs: ``(prompt, max_tokens) -> output ids`` of every timed call, for the A/B output check.
+    """
+
+    def __init__(self, name: str, worker, vocab_size: int) -> None:
+        self.name, self.worker, self.vocab_size = name, worker, vocab_size
+        self.device = torch.device("cpu")  # the judge's side: the worker synchronises its own device
+        self.outputs: dict[tuple[tuple[int, ...], int], list[int]] = {}
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
-        """Greedy generation of exactly ``max_tokens`` ids per prompt through the engine's public API."""
-        params = self.module.SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-        return self.engine.generate(prompts, params)
+        """One ``engine.generate`` call in the worker; the reply is plain ints."""
+        out = self.worker.call("engine.generate", prompts=prompts, max_tokens=max_tokens)
+        if not isinstance(out, list) or not all(isinstance(o, list) for o in out):
+            raise BenchError(f"{self.name}: generate returned {type(out).__name__}, not a list of token lists")
+        return out

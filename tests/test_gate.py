@@ -1,4 +1,5 @@
-"""The gate: usage errors, a green gate on the tiny engine vs itself, a red parity stage stops it, a killed gate leaves its JSON."""
+"""The gate: usage errors, a green gate on the tiny engine vs itself, a red parity stage stops it, a killed gate leaves its
+JSON, a nonce reproduces a run, the typed result round-trips."""
 
 from __future__ import annotations
 
@@ -53,11 +54,12 @@ def test_static_only_gate_is_green_and_well_formed(rendered, tiny_checkpoint, tm
     assert main(["--engine", str(rendered), "--checkpoint", str(tiny_checkpoint("bf16")), "--gpu", "cpu",
                  "--stages", "static", "--json", str(out)]) == 0
     rec = json.loads(out.read_text())
-    assert rec["schema"] == 1 and rec["ok"] and rec["complete"] and rec["running"] is None
+    assert rec["schema"] == 2 and rec["ok"] and rec["complete"] and rec["running"] is None and rec["verdict"] == "pass"
+    assert rec["isolation"] in ("namespace", "process") and rec["nonces"]["gate"] >= 0
     # others may be editing harness/ while this runs, so compare the form, not the value
     assert isinstance(rec["seed"], int) and len(rec["harness_digest"]) == len(harness_digest()) == 64
     assert set(rec["env"]) >= {"gpu", "driver", "torch", "triton", "commit"} and rec["env"]["torch"] == torch.__version__
-    assert [(s["name"], s["ok"], s["error"]) for s in rec["stages"]] == [("static", True, None)]
+    assert [(s["name"], s["ok"], s["verdict"], s["error"]) for s in rec["stages"]] == [("static", True, "pass", None)]
 
 
 @pytest.mark.slow
@@ -71,6 +73,7 @@ def test_red_parity_stops_before_bench(rendered, tiny_checkpoint, tmp_path):
     rec = json.loads(out.read_text())
     assert [s["name"] for s in rec["stages"]] == ["static", "parity"] and not rec["stages"][1]["ok"]
     assert rec["bench"] is None and rec["parity"]["ok"] is False and not rec["ok"] and rec["complete"]
+    assert rec["stages"][1]["verdict"] == "fail" and rec["verdict"] == "fail" and "parity" in rec["nonces"]
 
 
 @pytest.mark.slow
@@ -91,6 +94,9 @@ def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
         assert 0 < w["roofline_fraction"]
     obj = bench["objective"]
     assert obj["speedup"] > 0 and obj["noise"] >= 0 and isinstance(obj["beats_baseline"], bool)
+    check = bench["output_check"]  # every timed output compared with the baseline's, in full
+    assert check["sequences"] > 0 and check["identical"] == check["sequences"] and check["implausible"] == 0
+    assert set(rec["nonces"]) == {"parity", "bench", "gate"} and rec["parity"]["prompt_nonce"] == rec["nonces"]["parity"]
 
 
 @pytest.mark.slow
@@ -116,7 +122,7 @@ def test_killed_gate_leaves_the_stages_done(rendered, tiny_checkpoint, tmp_path)
     rec = json.loads(out.read_text())
     assert rec["complete"] is False and rec["ok"] is False and rec["running"] == "bench"
     assert [(s["name"], s["ok"]) for s in rec["stages"]] == [("static", True)]
-    assert rec["bench"] is None and rec["schema"] == 1
+    assert rec["bench"] is None and rec["schema"] == 2
 
 
 def test_gate_json_is_strict_even_with_non_finite_figures(tmp_path):
@@ -143,3 +149,33 @@ def test_integrity_names_a_replaced_judge_function_and_ignores_plain_state():
     integrity.restore(before)
     del torch.cuda._metainfer_test_flag
     assert torch.Tensor.norm is saved and integrity.changed(before) == []
+
+
+def test_gate_result_round_trips_and_reads_schema_1():
+    from harness.result import GateResult, StageResult
+
+    res = GateResult(ok=False, complete=True, seed=3, isolation="namespace", nonces={"gate": 9},
+                     stages=[StageResult("static", True, "pass", 0.5), StageResult("parity", False, "timeout", 9.0, "killed")],
+                     meta={"engine": "/e"})
+    back = GateResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back == res and back.verdict == "timeout" and back.failed_stage.name == "parity" and back["engine"] == "/e"
+    old = GateResult.from_json({"schema": 1, "ok": False, "stages": [{"name": "parity", "ok": False, "seconds": 1, "error": "x"}]})
+    assert old.stages[0].verdict == "fail" and old.verdict == "fail"
+    with pytest.raises(ValueError, match="contradicts"):
+        StageResult("bench", True, "tampered", 1.0)
+
+
+@pytest.mark.slow
+def test_prompt_nonce_reproduces_the_parity_prompts(rendered, tiny_checkpoint, tmp_path):
+    from harness.nonce import prompt_seed, stage_nonce
+
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"g{i}.json"
+        assert main(["--engine", str(rendered), "--checkpoint", str(tiny_checkpoint("bf16")), "--gpu", "cpu", "--seed", "5",
+                     "--stages", "parity", "--parity-lengths", "3", "--parity-steps", "1", "--prompt-nonce", "77",
+                     "--json", str(out)]) == 0
+        outs.append(json.loads(out.read_text()))
+    assert outs[0]["nonces"] == outs[1]["nonces"] and outs[0]["nonces"]["parity"] == stage_nonce(77, "parity")
+    assert outs[0]["parity"]["max_rel_err"] == outs[1]["parity"]["max_rel_err"]
+    assert prompt_seed(5, stage_nonce(77, "parity")) != 5 and prompt_seed(5, None) == 5

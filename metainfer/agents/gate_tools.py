@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,25 +26,28 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.result import GateResult
 from metainfer.agents.tools import ToolError, dumps
+from metainfer.build.gate_runner import judge_env
 
 CTX_ENV = "METAINFER_TOOLS_CTX"
 
 
-def summarize_gate(gate: dict[str, Any] | None) -> dict[str, Any]:
-    """A compact view of a gate JSON (schema 1): ok, failed stage and error, parity figures with
+def summarize_gate(gate: dict[str, Any] | GateResult | None) -> dict[str, Any]:
+    """A compact view of a gate result (``GateResult`` or its JSON, schema 1 or 2): ok, failed stage, verdict and error, parity figures with
     the worst prompt and layer, and per workload the medians, spread, speedup and roofline
     fraction, plus ``profile`` (per-kernel rows) when the gate reported one. ``{}`` for None."""
     if not gate:
         return {}
-    out: dict[str, Any] = {"ok": gate.get("ok"), "failed_stage": None, "parity": None, "bench": None}
-    failed = next((s for s in gate.get("stages", []) if not s.get("ok")), None)
+    typed = gate if isinstance(gate, GateResult) else GateResult.from_json(gate)
+    out: dict[str, Any] = {"ok": typed.ok, "failed_stage": None, "parity": None, "bench": None}
+    failed = typed.failed_stage
     if failed:
-        out["failed_stage"] = {"name": failed.get("name"), "error": failed.get("error")}
-    par = gate.get("parity") or {}
+        out["failed_stage"] = {"name": failed.name, "verdict": failed.verdict, "error": failed.error}
+    par = typed.parity or {}
     if par:
         out["parity"] = {k: par.get(k) for k in ("ok", "max_rel_err", "tolerance", "worst_prompt", "worst_layer")}
-    bench = gate.get("bench") or {}
+    bench = typed.bench or {}
     if bench:
         wl = {}
         for name, w in (bench.get("workloads") or {}).items():
@@ -130,14 +134,17 @@ class GateTools:
         left = self.time_left() if self.time_left else None
         timeout = self.timeout_s if left is None else max(1.0, min(self.timeout_s, left))
         with open(out_dir / f"{tag}.log", "w+") as log:
+            pycache = tempfile.mkdtemp(prefix="metainfer-judge-pycache-")
             proc = subprocess.Popen(argv, cwd=self.judge_dir or self.worktree, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
+                                    env=judge_env(pycache), start_new_session=True)
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
                 raise ToolError(f"the gate ran past {timeout:.0f} s and was killed (the engine hangs, is far too slow, "
                                 "or the iteration's time is nearly spent)") from None
+            finally:
+                shutil.rmtree(pycache, ignore_errors=True)
             log.seek(0)
             tail = log.read()[-3000:]
         if rc not in (0, 1) or not json_out.exists():

@@ -87,17 +87,18 @@ def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
     """Why the gate is red before (or, with ``before_bench=False``, including) the benchmark; None if it is not."""
     if outcome.timed_out or outcome.error:
         return outcome.error or "gate timed out"
-    for st in outcome.result.get("stages") or []:
-        if before_bench and st.get("name") == "bench":
-            if st.get("error"):
-                return f"bench failed: {st['error']}"
+    for st in outcome.gate.stages:
+        what = "failed" if st.verdict in ("pass", "fail") else st.verdict  # timeout, crashed, tampered
+        if before_bench and st.name == "bench":
+            if st.error or not st.ok:
+                return f"bench {what}: {st.error or 'red'}"
             continue
-        if not st.get("ok"):
-            if st.get("name") == "parity":
+        if not st.ok:
+            if st.name == "parity" and st.verdict == "fail":
                 why = parity_failure(figures(outcome.result))
                 if why:
-                    return f"parity failed: {why}" + (f" ({st['error']})" if st.get("error") else "")
-            return f"{st.get('name')} failed: {st.get('error') or 'red'}"
+                    return f"parity failed: {why}" + (f" ({st.error})" if st.error else "")
+            return f"{st.name} {what}: {st.error or 'red'}"
     return None
 
 

@@ -2,7 +2,9 @@
 
 The gate runs from the repository root (the judge is the checkout's ``harness/``, never the
 worktree's copy the agent could edit), writes its log to ``gate.log`` as it goes and its
-result to ``gate.json`` (schema 1, docs/CONTRACTS.md "The gate"). A timeout kills the
+result to ``gate.json`` (schema 2, ``harness.result.GateResult``; docs/CONTRACTS.md "The gate"). The judge runs
+with bytecode writes off and a private empty ``PYTHONPYCACHEPREFIX`` (``judge_env``), so bytecode an
+engine left in the checkout's ``__pycache__`` is never loaded. A timeout kills the
 whole process group and is a red gate, never an exception: the loop records it as a
 rejected iteration.
 """
@@ -11,13 +13,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from harness.result import GateResult
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,18 @@ class GateOutcome:
         """True only for a green gate with a readable result."""
         return self.error is None and bool(self.result.get("ok"))
 
+    @property
+    def gate(self) -> GateResult:
+        """The gate JSON as a typed ``harness.result.GateResult`` (the stand-in record when the gate wrote none)."""
+        return GateResult.from_json(self.result)
+
+
+def judge_env(pycache_prefix: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a judge process: bytecode writes off and a private, empty ``PYTHONPYCACHEPREFIX``, so the
+    judge never loads (possibly poisoned) ``__pycache__`` bytecode from the checkout."""
+    return {**(os.environ if base is None else base), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+            "PYTHONPYCACHEPREFIX": pycache_prefix}
+
 
 def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
              on_start: Callable[[int], None] | None = None,
@@ -103,7 +121,8 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
     """
     json_out.unlink(missing_ok=True)
     argv = req.argv(json_out)
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    pycache = tempfile.mkdtemp(prefix="metainfer-judge-pycache-")
+    env = judge_env(pycache)
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(argv) + "\n")
@@ -130,6 +149,7 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
             _kill_group(proc)
             raise
     seconds = time.monotonic() - t0
+    shutil.rmtree(pycache, ignore_errors=True)
     _report_stages(json_out, seen, on_stage)
     if timed_out:
         msg = f"gate timed out after {req.timeout_s:.0f}s and was killed"

@@ -29,6 +29,7 @@ def parity(
     ),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="comma list of prompt lengths for a quick check (default: docs/PARITY.md)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="teacher-forced decode steps per prompt (default 16)"),
+    prompt_nonce: Optional[int] = typer.Option(None, "--prompt-nonce", help="reproduce a run: the nonce it printed (default: a fresh secret one)"),
 ) -> None:
     """Compare an engine's logits and greedy tokens with HF transformers on fresh seeded prompts."""
     from harness.parity import format_table, run_parity
@@ -54,7 +55,7 @@ def parity(
         quick["steps"] = steps
     try:
         result = run_parity(engine, checkpoint, seed=seed, device=device, reference_dtype=reference_dtype,
-                            reference_device=reference_device, **quick)
+                            reference_device=reference_device, prompt_nonce=prompt_nonce, **quick)
     except ValueError as err:  # bad lengths, or the engine refused the checkpoint or device at load
         raise ParityInputError(f"parity could not start: {err}") from err
     typer.echo(format_table(result))

@@ -1,0 +1,94 @@
+"""The gate's three stages, each running engine code only in worker processes (``harness.worker``).
+
+A stage function takes a ``StageContext`` and returns a ``StageOutcome``; it never raises for
+anything the engine did: a worker that overran or died comes back as ``WorkerFailure`` and is
+turned into verdict ``timeout``/``crashed`` by ``harness.gate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.worker import EngineError, Worker, WorkerLimits
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage needs: the gate's arguments (``harness.gate.GateArgs``), worker limits and isolation, and the
+    stage's secret prompt nonce (``harness.nonce.stage_nonce``)."""
+
+    args: Any
+    limits: WorkerLimits
+    isolation: str
+    nonce: int
+
+
+@dataclass
+class StageOutcome:
+    """A stage's verdict (``pass``/``fail``/``timeout``/``crashed``), error, detail, and the block it adds to the
+    gate JSON (``parity`` or ``bench``), if any."""
+
+    verdict: str
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    block: dict[str, Any] | None = None
+
+
+def stage_static(ctx: StageContext) -> StageOutcome:
+    """Layout, source rules, sizes, tunables and the audited import (``harness.static_checks``), in a worker."""
+    a = ctx.args
+    with Worker("static", engine_dir=a.engine, limits=ctx.limits, isolation=ctx.isolation, keep_links=True) as w:
+        try:
+            res = w.call("static", timeout=ctx.limits.static_s, engine_dir=str(w.engine_dir), checkpoint=str(a.checkpoint))
+        except EngineError as err:
+            return StageOutcome("fail", f"the static checks raised {err}", {"traceback": err.traceback})
+    return StageOutcome("pass" if res["ok"] else "fail", res["error"], res["detail"])
+
+
+def stage_parity(ctx: StageContext) -> StageOutcome:
+    """Engine against the HF reference (``harness.parity.run_parity``), both in workers."""
+    from harness.parity import run_parity
+
+    a = ctx.args
+    quick = {k: v for k, v in (("lengths", a.parity_lengths), ("steps", a.parity_steps)) if v is not None}
+    res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
+                     isolation=ctx.isolation, **quick)
+    data = res.to_json()
+    error = None
+    if not res.ok:
+        failures = [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
+        error = res.error or (f"prefill max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, decode "
+                              f"max_decode_rel_err {data.get('max_decode_rel_err')} vs tolerance {data.get('decode_tolerance')}, "
+                              f"worst prompt {data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
+    detail = {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds"),
+              "max_hidden_rel_err": data.get("max_hidden_rel_err")}
+    return StageOutcome("pass" if res.ok else (res.verdict if res.verdict != "pass" else "fail"), error, detail, data)
+
+
+def stage_bench(ctx: StageContext) -> StageOutcome:
+    """Candidate and baseline timed A/B in workers (``harness.bench.run_bench``), outputs checked in full."""
+    from harness.bench import BenchConfig, run_bench, shapes_for
+    from metainfer.targets import get_gpu
+
+    a = ctx.args
+    config = BenchConfig(list(a.workloads), a.rounds, a.seed, shapes_for(a.scale), a.device, get_gpu(a.gpu),
+                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation)
+    res = run_bench(a.engine, a.checkpoint, config, a.baseline)
+    return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
+
+
+STAGE_RUNNERS: dict[str, Callable[[StageContext], StageOutcome]] = {
+    "static": stage_static, "parity": stage_parity, "bench": stage_bench,
+}
+
+
+def engine_copies_loaded(modules: dict[str, Any], roots: list[Path]) -> list[str]:
+    """Names of modules in ``modules`` (``sys.modules``) whose file lies under one of ``roots`` (engine folders)."""
+    out = []
+    for name, mod in list(modules.items()):
+        f = getattr(mod, "__file__", None)
+        if f and any(Path(f).resolve().is_relative_to(r.resolve()) for r in roots):
+            out.append(name)
+    return out

@@ -1,0 +1,158 @@
+"""The worker side: ``python -m harness.worker_main RFD WFD`` serves requests from the judge until EOF.
+
+Started by ``harness.worker.Worker`` only. Each request ``{"op", "args"}`` gets one reply
+``{"ok": True, "result": ...}`` or ``{"ok": False, "type", "error", "traceback"}`` (wire format:
+``harness.worker_protocol``). Ops by worker kind:
+
+- ``static``: ``static(engine_dir, checkpoint)`` -> the static stage's ``{"ok", "error", "detail"}``;
+- ``reference``: ``reference.load(checkpoint, device, dtype)``, ``reference.run(prompt, n)``,
+  ``reference.hidden(tokens)``;
+- ``engine``: ``engine.load(...)``, ``engine.prefill``, ``engine.decode``, ``engine.release``,
+  ``engine.generate`` (greedy, EOS ignored; outputs made Python ints and CUDA synchronised
+  before the reply, so the judge's clock covers all the work), ``engine.margins`` (teacher-forced
+  greedy margins of given tokens, for the bench's output check).
+
+Every tensor goes back as a float32 (or integer) CPU tensor.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import worker_protocol
+
+_state: dict[str, Any] = {}
+
+
+def _sync() -> None:
+    eng = _state.get("engine")
+    dev = getattr(eng, "device", None)
+    if dev is not None and torch.device(dev).type == "cuda":
+        torch.cuda.synchronize(torch.device(dev))
+
+
+def hello(kind: str) -> dict:
+    _state["kind"] = kind
+    return {"kind": kind}
+
+
+def static(engine_dir: str, checkpoint: str) -> dict:
+    from harness.static_checks import run_static
+
+    res = run_static(Path(engine_dir), Path(checkpoint))
+    return {"ok": bool(res.ok), "error": res.error, "detail": res.to_dict()}
+
+
+def reference_load(checkpoint: str, device: str, dtype: str, threads: int | None = None) -> dict:
+    from harness.reference import Reference, parse_dtype
+
+    if threads:
+        torch.set_num_threads(threads)
+    ref = Reference.from_checkpoint(checkpoint, device=device, dtype=parse_dtype(dtype))
+    _state["reference"] = ref
+    return {"vocab_size": ref.vocab_size, "num_layers": ref.num_layers}
+
+
+def reference_run(prompt: list[int], n: int) -> dict:
+    run = _state["reference"].run([int(t) for t in prompt], int(n))
+    return {"continuation": run.continuation, "logits": run.logits}
+
+
+def reference_hidden(tokens: list[int]) -> torch.Tensor:
+    return _state["reference"].hidden_states([int(t) for t in tokens])
+
+
+def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, max_seq_len: int,
+                threads: int | None = None) -> dict:
+    from harness.engine_loader import import_engine
+
+    if threads:
+        torch.set_num_threads(threads)
+    module = import_engine(engine_dir)
+    engine = module.load(checkpoint, device=device, max_batch=max_batch, max_seq_len=max_seq_len)
+    _state["module"], _state["engine"] = module, engine
+    _sync()
+    return {"dtype": str(getattr(engine, "dtype", torch.bfloat16)).removeprefix("torch."), "device": str(engine.device)}
+
+
+def _rows(x) -> torch.Tensor:
+    return x.detach().float().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
+
+
+def engine_prefill(prompts: list[list[int]], return_hidden: bool = False) -> dict:
+    res = _state["engine"].prefill([list(map(int, p)) for p in prompts], return_hidden=bool(return_hidden))
+    hidden = getattr(res, "hidden", None)
+    return {"slots": [int(s) for s in res.slots], "logits": [_rows(lg) for lg in res.logits],
+            "hidden": None if hidden is None else [_rows(h) for h in hidden]}
+
+
+def engine_decode(slots: list[int], tokens: list[int]) -> torch.Tensor:
+    return _rows(_state["engine"].decode(list(slots), [int(t) for t in tokens]))
+
+
+def engine_release(slots: list[int]) -> None:
+    _state["engine"].release(list(slots))
+
+
+def _ints(seq) -> list[int]:
+    if isinstance(seq, torch.Tensor):
+        seq = seq.tolist()
+    return [int(t) for t in seq]
+
+
+def engine_generate(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    params = _state["module"].SamplingParams(max_tokens=int(max_tokens), temperature=0.0, ignore_eos=True)
+    out = [_ints(o) for o in _state["engine"].generate([list(map(int, p)) for p in prompts], params)]
+    _sync()
+    return out
+
+
+def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
+    """Teacher-force ``prompt + tokens[:-1]``; per generated position: the engine's top-1 id and how far below
+    its top-1 logit the given token lies (``gap`` >= 0), and the row's std (float64 [n] each)."""
+    seq = list(map(int, prompt)) + [int(t) for t in tokens[:-1]]
+    res = _state["engine"].prefill([seq])
+    try:
+        rows = _rows(res.logits[0])[len(prompt) - 1 :].double()  # [n, V]: row t predicts tokens[t]
+    finally:
+        _state["engine"].release(list(res.slots))
+    idx = torch.tensor([int(t) for t in tokens]).clamp(0, rows.shape[1] - 1).unsqueeze(1)
+    top = rows.max(-1)
+    return {"top1": top.indices, "gap": top.values - rows.gather(1, idx).squeeze(1), "std": rows.std(-1)}
+
+
+OPS = {"hello": hello, "static": static, "reference.load": reference_load, "reference.run": reference_run,
+       "reference.hidden": reference_hidden, "engine.load": engine_load, "engine.prefill": engine_prefill,
+       "engine.decode": engine_decode, "engine.release": engine_release, "engine.generate": engine_generate,
+       "engine.margins": engine_margins}
+
+
+def serve(rfd: int, wfd: int) -> None:
+    """Answer requests until the judge closes the pipe."""
+    while True:
+        try:
+            msg = worker_protocol.recv(rfd)
+        except EOFError:
+            return
+        op = msg.get("op")
+        try:
+            if op not in OPS:
+                raise ValueError(f"unknown worker op {op!r}")
+            reply = {"ok": True, "result": OPS[op](**(msg.get("args") or {}))}
+        except Exception as err:  # the engine raised: report it, keep serving
+            reply = {"ok": False, "type": type(err).__name__, "error": str(err)[:4000],
+                     "traceback": traceback.format_exc(limit=-8)[-6000:]}
+        try:
+            worker_protocol.encode(reply)
+        except TypeError as err:
+            reply = {"ok": False, "type": "TypeError", "error": f"{op} returned something that is not plain data: {err}"}
+        worker_protocol.send(wfd, reply)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))
