@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 13 on the H200: `metainfer serve` and `vllm serve` on the same full-size NVFP4 checkpoint,
+# each benchmarked over HTTP by scripts/h200/serve_bench.py (same seeded prompts, same client).
+#
+#   bash scripts/h200/serve_session.sh metainfer   # checkpoint (unless there), render, serve + bench
+#   bash scripts/h200/serve_session.sh vllm        # after harness/peers/vllm/install.sh (same machine)
+#
+# Results: $OUT/<metainfer|vllm>/serve_bench.json and a printed table per level (TTFT/TPOT
+# p50/p99, output tok/s). LEVELS (default 1,32,64) and RATES (Poisson req/s of the mixed set,
+# default none) choose the levels; CKPT (/tmp/ckpt), GEN (/tmp/gen), PORT (8000) the places.
+# The server needs fastapi, uvicorn, prometheus-client and the openai client: the vLLM bundle's
+# wheels carry the first and the last (peers/vllm-0.25.1-deps.txt).
+set -uo pipefail
+source scripts/h200/env.sh
+WHICH=${1:?usage: serve_session.sh metainfer|vllm}
+CKPT=${CKPT:-/tmp/ckpt}; GEN=${GEN:-/tmp/gen}; PORT=${PORT:-8000}
+LEVELS=${LEVELS:-1,32,64}; RATES=${RATES:-}
+MODEL=qwen3.6-35b-a3b
+[ -f "$CKPT/model.safetensors.index.json" ] || python3 scripts/h200/full_run.py --steps checkpoint --ckpt "$CKPT" --out "$OUT"
+if [ "$WHICH" = metainfer ]; then
+  python3 scripts/h200/full_run.py --steps render --gen "$GEN" --out "$OUT"  # CUDA graphs to 32, split-K 16
+  LAUNCH="python3 -m metainfer.cli serve --model $MODEL --quant nvfp4 --gpu h200 --checkpoint $CKPT \
+    --engine $GEN/$MODEL-nvfp4-h200 --add-tokenizer --port $PORT --max-batch 64 --max-seq-len 4608"
+else
+  [ -f "$CKPT/tokenizer.json" ] || python3 -c "from metainfer.checkpoint.tokenizer import write_tokenizer as w; \
+from metainfer.targets import get_model; w(get_model('$MODEL'), '$CKPT')"
+  export PYTHONPATH="/tmp/site:$PYTHONPATH" VLLM_USE_FLASHINFER_SAMPLER=0
+  # the offline runs' settings (harness/peers/vllm/run_vllm.py) as serve flags
+  LAUNCH="python3 -m vllm.entrypoints.cli.main serve $CKPT --served-model-name $MODEL --port $PORT \
+    --max-model-len 4608 --max-num-seqs 64 --gpu-memory-utilization 0.8 --language-model-only --gdn-prefill-backend triton"
+fi
+python3 scripts/h200/serve_bench.py --url "http://127.0.0.1:$PORT/v1" --model "$MODEL" --concurrency "$LEVELS" \
+  --rates "$RATES" --out "$OUT/$WHICH" --launch "$LAUNCH" --ready-timeout 420
