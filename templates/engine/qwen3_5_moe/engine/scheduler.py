@@ -170,6 +170,8 @@ class Scheduler:
 
     def _postprocess(self, seqs: list[Sequence], logits: torch.Tensor) -> list[StepOutput]:
         """Sample one token per sequence from fp32 logits [B, V]; finish those that end."""
+        if logits.is_cuda:  # wait for the forward with the GIL released (a server's HTTP thread runs meanwhile)
+            torch.cuda.current_stream(logits.device).synchronize()
         toks = sample_batch(logits, [s.params for s in seqs], [s.gen for s in seqs])
         outs = []
         for row, (seq, tok) in enumerate(zip(seqs, toks)):
