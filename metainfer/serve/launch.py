@@ -96,6 +96,9 @@ def serve(args: LaunchArgs) -> None:
 
     state = build_state(args)
     app = create_app(state)
+    # the engine thread and the HTTP thread share the GIL: hand it over within 1 ms (default 5 ms),
+    # so a step never waits long behind response writing
+    sys.setswitchinterval(0.001)
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
