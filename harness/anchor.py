@@ -5,7 +5,8 @@ prompt with the parity figures of HF-bf16 measured against HF-fp32 on the same t
 prompts of ``harness.prompts`` with the fp32 reference's greedy continuation). It uses no
 tolerance; docs/PARITY.md records its output and sets the tolerances from it.
 ``python -m harness.anchor --summarize A.jsonl [B.jsonl ...]`` prints the aggregate figures of
-saved runs (the table rows of docs/PARITY.md, including the per-layer envelope).
+saved runs (the table rows of docs/PARITY.md, including the per-layer envelope and, per saved run, the
+per-layer update error pooled over its prompts).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import statistics
 
 import torch
 
-from harness.parity_metrics import layer_errors, max_abs, rel_l2, top2_margin
+from harness.parity_metrics import layer_errors, layer_update_errors, max_abs, rel_l2, top2_margin
 from harness.prompts import DECODE_STEPS, make_prompts
 from harness.reference import Reference
 
@@ -27,7 +28,7 @@ def measure_anchor(checkpoint: str, seed: int, *, device: str = "cpu", steps: in
     Returns one dict per prompt: ``prompt_rel`` / ``decode_rel`` (relative L2 of the prefill
     rows [P, V] and of the ``steps`` decode rows), ``max_abs`` (logits), ``max_row_rel`` (worst
     single row), ``layers`` (relative L2 per hidden state [L + 1]), ``flips`` (decode rows
-    whose argmax differs) and ``flips_beyond_ties`` (of those, rows whose fp32 top-2 margin is at
+    whose argmax differs), ``updates`` (relative L2 per layer's residual update [L]) and ``flips_beyond_ties`` (of those, rows whose fp32 top-2 margin is at
     least twice the row's max abs error: flips the greedy tie rule would not excuse).
 
     Raises:
@@ -50,7 +51,11 @@ def measure_anchor(checkpoint: str, seed: int, *, device: str = "cpu", steps: in
             "decode_rel": rel_l2(b[n:], a[n:]),
             "max_abs": max_abs(b, a),
             "max_row_rel": float(((b - a).norm(dim=-1) / a.norm(dim=-1)).max()),
-            "layers": layer_errors(r16.hidden_states(tokens), r32.hidden_states(tokens)),
+            "layers": layer_errors(h16 := r16.hidden_states(tokens), h32 := r32.hidden_states(tokens)),
+            "updates": layer_update_errors(h16, h32),
+            # squared-error sums per layer update, so runs can be pooled over prompts (summarize_runs)
+            "update_sq_err": (h16.double().diff(dim=0) - h32.double().diff(dim=0)).pow(2).sum(dim=(1, 2)).tolist(),
+            "update_sq_ref": h32.double().diff(dim=0).pow(2).sum(dim=(1, 2)).tolist(),
             "flips": int(flips.sum()),
             "flips_beyond_ties": int((flips & (top2_margin(a[dec]) >= 2 * delta[dec].double())).sum()),
         })
@@ -101,7 +106,34 @@ def summarize(rows: list[dict]) -> dict:
         "max_slope": max(x[i] / i for x in lay for i in range(1, n)),
         "envelope_offset": a, "envelope_slope": b,
         "flips": sum(r["flips"] for r in rows), "flips_beyond_ties": sum(r["flips_beyond_ties"] for r in rows),
+        **_update_summary([r["updates"] for r in rows if "updates" in r]),
     }
+
+
+def _update_summary(upd: list[list[float]]) -> dict:
+    """Max and median per layer of the residual-update gaps, their least-area envelope ``a + b · l``
+    (l = 1 … L, the layer's index + 1); empty when the rows predate the figure."""
+    if not upd:
+        return {}
+    n = min(len(x) for x in upd)
+    a, b = hidden_envelope([[0.0, *x] for x in upd])
+    return {"update_max": [max(x[i] for x in upd) for i in range(n)],
+            "update_median": [statistics.median(x[i] for x in upd) for i in range(n)],
+            "update_envelope_offset": a, "update_envelope_slope": b}
+
+
+def pooled_updates(rows: list[dict]) -> list[float]:
+    """Per-layer update error pooled over one run's prompts (``parity_metrics.pooled_update_errors`` of the
+    anchor): ``sqrt(Σ sq_err / Σ sq_ref)`` per layer.
+
+    Raises:
+        ValueError: no row carries the sums.
+    """
+    rows = [r for r in rows if "update_sq_err" in r]
+    if not rows:
+        raise ValueError("no anchor rows with update_sq_err / update_sq_ref (measured before the figure existed)")
+    n = min(len(r["update_sq_err"]) for r in rows)
+    return [(sum(r["update_sq_err"][i] for r in rows) / sum(r["update_sq_ref"][i] for r in rows)) ** 0.5 for i in range(n)]
 
 
 def main() -> None:
@@ -113,8 +145,13 @@ def main() -> None:
     ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="aggregate saved runs instead of measuring")
     args = ap.parse_args()
     if args.summarize:
-        rows = [json.loads(line) for path in args.summarize for line in open(path) if line.strip()]
-        print(json.dumps(summarize(rows)))
+        runs = [[json.loads(line) for line in open(path) if line.strip()] for path in args.summarize]
+        out = summarize([r for run in runs for r in run])
+        pooled = [pooled_updates(run) for run in runs if any("update_sq_err" in r for r in run)]
+        if pooled:  # one figure per saved run (a checkpoint and prompt seed), then the worst run per layer
+            out["pooled_update_runs"] = pooled
+            out["pooled_update_max"] = [max(p[i] for p in pooled) for i in range(min(len(p) for p in pooled))]
+        print(json.dumps(out))
         return
     if not args.checkpoint:
         ap.error("--checkpoint DIR is required (or --summarize saved.jsonl ...)")

@@ -126,6 +126,47 @@ def layer_errors(e: torch.Tensor, r: torch.Tensor) -> list[float]:
     return [rel_l2(e[i], r[i]) for i in range(r.shape[0])]
 
 
+def layer_update_errors(e: torch.Tensor, r: torch.Tensor) -> list[float]:
+    """Relative L2 error of each layer's residual update ``h[l+1] − h[l]`` from hidden states [L+1, T, H]:
+    L floats (entry l is layer l's mixer + MoE output), inf on NaN.
+
+    The residual stream carries every earlier layer, so one layer's error is diluted there by the
+    stream's size; its update is what the layer itself wrote (docs/PARITY.md, "Per-layer updates").
+
+    Raises:
+        ValueError: shapes differ, or a reference update is all zeros.
+    """
+    if e.shape != r.shape:
+        raise ValueError(f"engine hidden states {tuple(e.shape)} != reference {tuple(r.shape)}; expected [L+1, T, H]")
+    e, r = e.double(), r.double()
+    return [rel_l2(e[i + 1] - e[i], r[i + 1] - r[i]) for i in range(r.shape[0] - 1)]
+
+
+def pooled_update_errors(engine: list[torch.Tensor], reference: list[torch.Tensor]) -> list[float]:
+    """Per-layer residual-update error pooled over several prompts: for layer l,
+    ``sqrt(Σ_p ‖Δe_p,l − Δr_p,l‖² / Σ_p ‖Δr_p,l‖²)`` with ``Δx_l = x[l+1] − x[l]``; L floats, inf on NaN.
+
+    Args:
+        engine, reference: one hidden-state tensor [L+1, T_p, H] per prompt, in the same order.
+    Pooling over every prompt's tokens averages bf16 noise (which varies from token to token) while a
+    wrong op errs the same way on every token, so this figure separates the two better than any one
+    prompt's (docs/PARITY.md, "Per-layer updates").
+
+    Raises:
+        ValueError: no prompt, different prompt counts, or a shape mismatch between a pair.
+    """
+    if not engine or len(engine) != len(reference):
+        raise ValueError(f"pooled_update_errors needs matching non-empty lists, got {len(engine)} and {len(reference)}")
+    num = den = None
+    for e, r in zip(engine, reference, strict=True):
+        if e.shape != r.shape:
+            raise ValueError(f"engine hidden states {tuple(e.shape)} != reference {tuple(r.shape)}; expected [L+1, T, H]")
+        de, dr = e.detach().double().cpu().diff(dim=0), r.detach().double().cpu().diff(dim=0)  # [L, T, H]
+        n, d = (de - dr).pow(2).sum(dim=(1, 2)), dr.pow(2).sum(dim=(1, 2))
+        num, den = (n, d) if num is None else (num + n, den + d)
+    return [math.inf if not math.isfinite(float(x)) else float(x) ** 0.5 for x in num / den]
+
+
 def first_bad_layer(errors: list[float], tolerances: list[float]) -> int | None:
     """Index (into [L+1], 0 = embeddings) of the first layer whose error exceeds its tolerance, or None."""
     for i, (err, tol) in enumerate(zip(errors, tolerances, strict=True)):

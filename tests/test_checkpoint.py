@@ -99,8 +99,11 @@ def test_reader_get_linear_and_experts(tiny_checkpoint):
     ex_bf, ex_fp = bf.get_experts(2), fp.get_experts(2)
     assert ex_bf.gate_up.shape == (e, 2 * i, h) and ex_bf.down.shape == (e, h, i)
     assert len(ex_fp.gate) == len(ex_fp.up) == len(ex_fp.down) == e
-    ratios = torch.stack([u.weight_scale_2 / g.weight_scale_2 for g, u in zip(ex_fp.gate, ex_fp.up)])
-    assert (ratios > 1.3).all()  # up drawn 2x wider: its own global scale
+    # gate and up of one expert share one global scale (as ModelOpt exports them); down has its own
+    assert all(torch.equal(u.weight_scale_2, g.weight_scale_2) for g, u in zip(ex_fp.gate, ex_fp.up))
+    assert not all(torch.equal(d.weight_scale_2, g.weight_scale_2) for g, d in zip(ex_fp.gate, ex_fp.down))
+    sg, su = (fp.get_linear(f"layers.1.mlp.shared_expert.{x}_proj") for x in ("gate", "up"))
+    assert torch.equal(sg.weight_scale_2, su.weight_scale_2)
     gate_up, down = ex_fp.fused_dense()
     assert torch.equal(gate_up[5, i:], dequantize(ex_fp.up[5].weight, ex_fp.up[5].weight_scale, ex_fp.up[5].weight_scale_2))
     assert (gate_up - ex_bf.gate_up.float()).norm() / ex_bf.gate_up.float().norm() < 0.15
@@ -111,8 +114,12 @@ def test_reader_get_linear_and_experts(tiny_checkpoint):
 
 def test_weights_have_real_scale_and_skewed_router(tiny_checkpoint):
     r = CheckpointReader(tiny_checkpoint("bf16"))
-    norm = r.get("layers.0.input_layernorm.weight").float()
-    assert (norm != 0).all() and 0.03 < norm.std() < 0.3
+    norm = r.get("layers.0.input_layernorm.weight").float()  # zero-centred: 1 + w log-normal, far from 1
+    assert (norm > -1).all() and 0.3 < (1 + norm).log().std() < 0.7
+    q, k = (r.get(f"layers.3.self_attn.{x}_norm.weight").float() for x in ("q", "k"))
+    assert (q - k).abs().mean() > 0.3  # distinct per channel: a swap shows
+    dt = torch.nn.functional.softplus(r.get("layers.0.linear_attn.dt_bias").float())
+    assert (dt >= 0.9e-4).all() and (dt <= 0.11).all()  # slow to fast decays
     a_log = r.get("layers.0.linear_attn.A_log").float()
     assert ((a_log >= 0) & (a_log <= math.log(16) + 1e-2)).all()
     row_norms = r.get("layers.0.mlp.gate.weight").float().norm(dim=1)
@@ -133,9 +140,11 @@ def test_residual_output_projections_use_scaled_init(tiny_checkpoint):
         w = w.float()
         expect = 1 / math.sqrt(w.shape[-1]) / math.sqrt(2 * layers)
         assert 0.9 < float(w.std()) / expect < 1.1, name
-    for name in ("layers.3.self_attn.q_proj.weight", "layers.0.linear_attn.in_proj_qkv.weight"):
+    for name in ("layers.4.linear_attn.in_proj_z.weight", "layers.0.linear_attn.in_proj_qkv.weight"):
         w = bf.get(name).float()
         assert 0.9 < float(w.std()) * math.sqrt(w.shape[-1]) < 1.1, name  # other linears unscaled
+    w = bf.get("layers.3.self_attn.q_proj.weight").float()  # [q | gate]: 3x wider, so the gate is far from constant
+    assert 2.7 < float(w.std()) * math.sqrt(w.shape[-1]) < 3.3
     # NVFP4 = quantize(the same bf16 weights): the scaled down_proj of both checkpoints agree
     dense = bf.get_linear("layers.5.mlp.shared_expert.down_proj").weight.float()
     quant = fp.get_linear("layers.5.mlp.shared_expert.down_proj").dense()

@@ -2,7 +2,9 @@
 
 Dense weights are drawn on the CPU (``metainfer.checkpoint.init``, one generator per tensor
 name, so values never depend on order, thread or machine) and rounded to bf16; an NVFP4
-weight is ``quantize(bf16 weight)``, so the bf16 and NVFP4 checkpoints of one seed agree.
+weight is ``quantize(bf16 weight)``, so the bf16 and NVFP4 checkpoints of one seed agree; the gate
+and up projections of one expert (and of the shared expert) share one global scale, from the
+larger amax of the two, as ModelOpt exports them.
 The experts of a layer are drawn in parallel threads (torch releases the GIL) and quantized
 in batched calls on ``device`` (CUDA when present; the ops are IEEE divisions and
 round-to-nearest-even casts, so the bytes should match the CPU's: not yet checked on a GPU).
@@ -57,12 +59,29 @@ def _expert_stack(ctx: GenContext, group: str, proj: str, shape: tuple[int, int]
     return torch.stack(rows)
 
 
-def _quantize_stack(stack: torch.Tensor, device: torch.device) -> NvFp4:
-    """Quantize bf16 [E, N, K] (each expert its own global scale) in batches of at most
-    ``QUANT_CHUNK`` elements, so fp32 temporaries stay around 1 GB at full size."""
+def _quantize_stack(stack: torch.Tensor, device: torch.device, amax: torch.Tensor | None = None) -> NvFp4:
+    """Quantize bf16 [E, N, K] (each expert its own global scale, from ``amax`` fp32 [E] when given,
+    else from its own max) in batches of at most ``QUANT_CHUNK`` elements, so fp32 temporaries
+    stay around 1 GB at full size."""
     per = max(1, QUANT_CHUNK // stack[0].numel())
-    parts = [quantize(stack[a : a + per].to(device)) for a in range(0, stack.shape[0], per)]
+    parts = [
+        quantize(stack[a : a + per].to(device), None if amax is None else amax[a : a + per].to(device))
+        for a in range(0, stack.shape[0], per)
+    ]
     return NvFp4(*(torch.cat([getattr(q, f).cpu() for q in parts]) for f in ("weight", "weight_scale", "weight_scale_2")))
+
+
+def _shared_gate_up_amax(p: Param, dense: torch.Tensor, seed: int) -> float | None:
+    """The amax the shared expert's gate_proj and up_proj share (max over both, as ModelOpt exports
+    them for one fused GEMM); None for any other weight (its own amax)."""
+    for mine, other in ((".shared_expert.gate_proj.weight", ".shared_expert.up_proj.weight"),
+                        (".shared_expert.up_proj.weight", ".shared_expert.gate_proj.weight")):
+        if p.name.endswith(mine):
+            sibling = p.name[: -len(mine)] + other
+            kind = "linear_up" if other.endswith("up_proj.weight") else "linear"
+            twin = init_dense(sibling, p.shape, kind, seed, p.num_layers).to(torch.bfloat16)
+            return max(float(dense.float().abs().max()), float(twin.float().abs().max()))
+    return None
 
 
 def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]:
@@ -77,7 +96,8 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
         if p.name in layout and layout[p.name].dtype != torch.uint8:
             yield p.name, dense.to(layout[p.name].dtype)
         else:
-            yield from _nvfp4_pieces(p.name[: -len(".weight")], quantize(dense.to(ctx.device)), ctx.convention)
+            amax = _shared_gate_up_amax(p, dense, ctx.seed)
+            yield from _nvfp4_pieces(p.name[: -len(".weight")], quantize(dense.to(ctx.device), amax), ctx.convention)
         return
     e, i, h = p.shape
     shapes = {"gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
@@ -93,7 +113,10 @@ def materialize(p: Param, ctx: GenContext) -> Iterator[tuple[str, torch.Tensor]]
         for x in range(e):
             yield from ((f"{p.name}.{x}.{proj}.weight", stacks[proj][x].clone()) for proj in shapes)
         return
-    qs = {proj: _quantize_stack(stack, ctx.device) for proj, stack in stacks.items()}
+    # gate and up of one expert share one global scale (ModelOpt exports them so: one amax for the fused GEMM)
+    gate_up_amax = torch.maximum(*(stacks[x].float().abs().amax(dim=(-2, -1)) for x in ("gate_proj", "up_proj")))
+    qs = {proj: _quantize_stack(stack, ctx.device, gate_up_amax if proj != "down_proj" else None)
+          for proj, stack in stacks.items()}
     del stacks
     for x in range(e):
         for proj, q in qs.items():

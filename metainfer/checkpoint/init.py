@@ -1,29 +1,37 @@
-"""Seeded random initialisation of the synthetic checkpoint's weights.
+"""Seeded random initialisation of the synthetic checkpoint's weights (init version ``INIT_VERSION``).
 
 Each tensor is drawn from its own ``torch.Generator`` seeded from ``(seed, canonical name)``,
 so a weight does not depend on the order it is generated in, and the bf16 and NVFP4
 checkpoints of one seed hold the same dense weights (NVFP4 = quantize(bf16)).
 
-Scales are chosen so the tiny twin computes something with real margins, not noise
-around zero: linears ``N(0, 1/fan_in)`` (at hidden 2048 this is the model's
-``initializer_range`` 0.02), up projections 2x that (so gate and up of one expert get
-visibly different NVFP4 global scales), embeddings ``N(0, 1)``, zero-centred RMSNorm
-weights ``N(0, 0.1²)`` (HF computes ``x̂ * (1 + w)``), the GDN output norm ``1 + N(0, 0.1²)``
-(plain ``w``), ``A_log = log U(1, 16)`` (HF draws U(0.01, 16)), ``dt_bias = 1 + N(0, 0.1²)``,
-conv1d ``N(0, 1/4)`` (kernel 4), router rows ``N(0, 1/H)`` times a per-expert log-normal
-scale (sigma 0.7) so routing is skewed.
+The weights are chosen so that the parity gate can see every op (docs/PARITY.md, "The
+synthetic checkpoint"): each norm, gate and scale is far from identity and distinct per
+layer and channel, so skipping, swapping or flattening one moves the logits by much more
+than bf16 rounding does, while the network stays numerically healthy (HF in bf16 within a
+few per cent of HF in fp32).
 
-Residual output projections (kind ``linear_out``: attention ``o_proj``, GDN ``out_proj``, the
-routed experts' and the shared expert's ``down_proj``) are drawn ``N(0, 1/fan_in)`` times
-``1/sqrt(2 L)``, L = ``num_hidden_layers`` of the text config: the "scaled init" of GPT-2
-(Radford et al. 2019, section 2.3) and Megatron-LM for the layers that write into the residual
-stream. Why: with unscaled O(1) updates from every branch the random network amplifies
-rounding error layer over layer (about +2 % relative per layer on the tiny twin: HF in bf16
-landed 0.21 / 0.34 relative L2 from HF in fp32 on prefill / decode logits), so a bf16-vs-fp32
-parity tolerance set from that gap only caught gross bugs. Real trained models are far less
-sensitive than an unscaled random net; with the scaled init the tiny twin's bf16 gap falls to
-about 2 % (docs/PARITY.md, "The anchor") and the logits keep std about 1 and real top-2
-margins. At full size (40 layers) it also keeps the bf16-vs-bf16 comparison meaningful.
+- Linears ``N(0, 1/fan_in)``; up projections 2x that. Residual output projections (kind
+  ``linear_out``: attention ``o_proj``, GDN ``out_proj``, experts' and shared expert's
+  ``down_proj``) times ``1/sqrt(2 L)``, L = ``num_hidden_layers`` (GPT-2 / Megatron-LM scaled
+  init), so rounding is not amplified layer over layer.
+- Zero-centred RMSNorm weights (HF computes ``x̂ · (1 + w)``): ``1 + w`` log-normal per
+  channel (sigma ``NORM_SIGMA``) around a per-tensor level ``exp(N(0, NORM_LEVEL_SIGMA²))``;
+  attention ``q_norm`` / ``k_norm`` around ``QK_NORM_LEVEL`` (sharp attention: scores of std
+  about 4, so RoPE, the scale and every q/k channel matter). The GDN output norm (plain ``w``)
+  log-normal the same way.
+- Gates with a wide logit spread (a constant gate is far off): the attention gate half of
+  ``q_proj`` (the q half is normalised, so scaling the whole projection changes only the
+  gate), the shared-expert gate and GDN ``in_proj_b`` (beta) are drawn ``GATE_STD_FACTOR``
+  times wider; GDN ``in_proj_a`` ``A_STD_FACTOR`` times narrower.
+- GDN decay ``g = -exp(A_log) · softplus(a + dt_bias)``: ``A_log = log U(1, 16)``,
+  ``dt_bias = softplus⁻¹(dt)`` with ``dt`` log-uniform in [``DT_MIN``, ``DT_MAX``] per head, so
+  heads span fast to very slow decay (|g| down to about 1e-4: long memory, where a state
+  rounded to bf16 loses the decay).
+- MLP weights (routed and shared experts: the NVFP4-quantized ones) carry a log-normal factor
+  per (row, 16-element block) with unit mean square (sigma ``BLOCK_SIGMA``): NVFP4 block scales
+  then differ block to block, so a block-scale indexing error shows.
+- Embeddings ``N(0, 1)``; conv1d ``N(0, 1/4)``; router rows ``N(0, 1/H)`` times a per-expert
+  log-normal scale (sigma 0.7), so routing is skewed.
 """
 
 from __future__ import annotations
@@ -33,8 +41,23 @@ import math
 
 import torch
 
+#: Bumped whenever a checkpoint of the same (model, quant, seed) would hold different values;
+#: written to the checkpoint's ``metainfer.json`` and part of the build cache key. 1: scaled
+#: residual init; 2: sharpened norms, gates, decays and NVFP4 blocks, gate/up share a global scale.
+INIT_VERSION = 2
+
 UP_STD_FACTOR = 2.0
 ROUTER_SKEW_SIGMA = 0.7
+NORM_SIGMA = 0.5
+NORM_LEVEL_SIGMA = 0.25
+QK_NORM_LEVEL = 1.6
+GATE_STD_FACTOR = 3.0
+A_STD_FACTOR = 0.5
+DT_MIN, DT_MAX = 1e-4, 1e-1
+BLOCK_SIGMA = 0.7
+BLOCK = 16
+
+_WIDE_GATES = ("self_attn.q_proj.weight", "mlp.shared_expert_gate.weight", "linear_attn.in_proj_b.weight")
 
 
 def residual_out_scale(num_layers: int) -> float:
@@ -55,11 +78,34 @@ def generator(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
 
 
+def _log_normal(shape: tuple[int, ...], g: torch.Generator, level: float) -> torch.Tensor:
+    """``level · exp(N(0, NORM_LEVEL_SIGMA²)) · exp(N(0, NORM_SIGMA²))`` per element: one level per tensor."""
+    mu = math.log(level) + float(torch.randn((), generator=g)) * NORM_LEVEL_SIGMA
+    return torch.exp(mu + torch.randn(shape, generator=g) * NORM_SIGMA)
+
+
+def block_factor(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Log-normal factor [N, K] constant over 16-element K blocks, ``E[f²] = 1`` (sigma ``BLOCK_SIGMA``);
+    all ones when K is not a multiple of 16."""
+    n, k = shape[-2], shape[-1]
+    if k % BLOCK:
+        return torch.ones(shape)
+    z = torch.randn(*shape[:-1], k // BLOCK, generator=g) * BLOCK_SIGMA - BLOCK_SIGMA**2
+    return torch.exp(z).repeat_interleave(BLOCK, dim=-1)
+
+
+def _dt_bias(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """``softplus⁻¹(dt)``, dt log-uniform in [DT_MIN, DT_MAX]: ``log(expm1(dt))``."""
+    dt = torch.exp(torch.empty(shape).uniform_(math.log(DT_MIN), math.log(DT_MAX), generator=g))
+    return torch.log(torch.expm1(dt))
+
+
 def init_dense(name: str, shape: tuple[int, ...], kind: str, seed: int, num_layers: int | None = None) -> torch.Tensor:
     """Draw one dense float32 parameter.
 
     Args:
-        name: canonical name (seeds the generator).
+        name: canonical name (seeds the generator; a few names get wider or narrower draws,
+            see the module docstring).
         shape: its shape; for linears [N, K] with fan-in K.
         kind: ``linear``, ``linear_up``, ``linear_out``, ``embed``, ``norm``, ``gated_norm``,
             ``a_log``, ``dt_bias``, ``conv``, ``router`` (see the module docstring).
@@ -74,16 +120,25 @@ def init_dense(name: str, shape: tuple[int, ...], kind: str, seed: int, num_laye
         std = (UP_STD_FACTOR if kind == "linear_up" else 1.0) / math.sqrt(shape[-1])
         if kind == "linear_out":
             std *= residual_out_scale(num_layers)
+        if name.endswith(_WIDE_GATES):
+            std *= GATE_STD_FACTOR
+        elif name.endswith("linear_attn.in_proj_a.weight"):
+            std *= A_STD_FACTOR
         w = torch.randn(shape, generator=g) * std
         if kind == "router":  # per-expert row scale, log-normal: skewed routing
             w *= torch.exp(torch.randn(shape[0], 1, generator=g) * ROUTER_SKEW_SIGMA)
+        elif ".mlp.shared_expert." in name and len(shape) == 2:
+            w *= block_factor(shape, g)
         return w
     if kind == "embed":
         return torch.randn(shape, generator=g)
     if kind == "norm":
-        return torch.randn(shape, generator=g) * 0.1
-    if kind in ("gated_norm", "dt_bias"):
-        return 1.0 + torch.randn(shape, generator=g) * 0.1
+        level = QK_NORM_LEVEL if name.endswith(("q_norm.weight", "k_norm.weight")) else 1.0
+        return _log_normal(shape, g, level) - 1.0
+    if kind == "gated_norm":
+        return _log_normal(shape, g, 1.0)
+    if kind == "dt_bias":
+        return _dt_bias(shape, g)
     if kind == "a_log":
         return torch.empty(shape).uniform_(1.0, 16.0, generator=g).log_()
     if kind == "conv":
@@ -95,10 +150,12 @@ def init_expert(group: str, expert: int, proj: str, shape: tuple[int, int], seed
     """One routed expert's dense float32 weight ``<group>.<expert>.<proj>.weight`` [N, K].
 
     gate ``N(0, 1/K)``, up 2x wider, down (writes into the residual stream) ``N(0, 1/K)`` times
-    ``1/sqrt(2 num_layers)``.
+    ``1/sqrt(2 num_layers)``; each times a per-16-block log-normal factor (``block_factor``).
 
     Raises:
         ValueError: ``num_layers`` is not a positive integer (down_proj only).
     """
+    name = f"{group}.{expert}.{proj}.weight"
     kind = {"up_proj": "linear_up", "down_proj": "linear_out"}.get(proj, "linear")
-    return init_dense(f"{group}.{expert}.{proj}.weight", shape, kind, seed, num_layers)
+    w = init_dense(name, shape, kind, seed, num_layers)
+    return w * block_factor(shape, generator(seed, name + ":blocks"))

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from metainfer.checkpoint.generate import GenContext, materialize
+from metainfer.checkpoint.init import INIT_VERSION
 from metainfer.checkpoint.layout import TEXT_PREFIX, gdn_fp32, model_params, param_tensors, stored_name
 from metainfer.checkpoint.shards import INDEX, ShardWriter
 from metainfer.checkpoint.tokenizer import write_tokenizer
@@ -30,6 +31,8 @@ from metainfer.targets.models import ModelSpec
 from metainfer.targets.quant import QuantSpec
 
 FULL_SHARD_BYTES = 4 * 10**9
+#: synthetic checkpoints only: ``{"init_version": metainfer.checkpoint.init.INIT_VERSION, "seed": S}``
+METADATA = "metainfer.json"
 TINY_SHARD_BYTES = 2 * 2**20
 
 
@@ -69,7 +72,7 @@ def _prepare(out: Path, force: bool) -> None:
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise CheckpointError(f"{out} is not empty; pick an empty folder or pass --force to overwrite its checkpoint files")
-        for f in [*out.glob("model*.safetensors"), out / INDEX, out / "config.json", out / "hf_quant_config.json"]:
+        for f in [*out.glob("model*.safetensors"), out / INDEX, out / "config.json", out / "hf_quant_config.json", out / METADATA]:
             f.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -187,4 +190,5 @@ def write_checkpoint(
     write_tokenizer(model, out)  # tokenizer.json, tokenizer_config.json (chat template), generation_config.json
     if legacy is not None:
         (out / "hf_quant_config.json").write_text(json.dumps(legacy, indent=2) + "\n")
+    (out / METADATA).write_text(json.dumps({"init_version": INIT_VERSION, "seed": seed}) + "\n")
     return out
