@@ -42,6 +42,7 @@ class Attempt:
         baseline: ``honest`` (the rendered engine) or ``self`` (the attempt's own engine, as after an earlier acceptance).
         runs: gate runs in a row on the same judge copy (the last one is judged; 2 for a cheat that poisons the next gate).
         apply: edits a copy of the rendered tiny engine in place.
+        old_gate: what it did to the in-process gate before issue 10 (``OLD_GATE``, recorded by hand), '' if unknown.
     """
 
     name: str
@@ -54,6 +55,7 @@ class Attempt:
     baseline: str
     runs: int
     apply: Callable[[Path], None]
+    old_gate: str = ""
 
     @property
     def expected(self) -> str:
@@ -68,7 +70,8 @@ def _from_module(mod: ModuleType, honest: bool) -> Attempt:
     get = lambda key, default=None: getattr(mod, key, default)  # noqa: E731
     a = Attempt(name=name, honest=honest, klass="honest" if honest else get("CLASS", ""), description=get("DESCRIPTION", ""),
                 stage="not-accepted" if honest else get("STAGE", ""), reason="" if honest else get("REASON", ""),
-                verdict=get("VERDICT"), baseline=get("BASELINE", "honest"), runs=int(get("RUNS", 1)), apply=get("apply"))
+                verdict=get("VERDICT"), baseline=get("BASELINE", "honest"), runs=int(get("RUNS", 1)), apply=get("apply"),
+                old_gate=get("OLD_GATE", ""))
     problems = [f"{k}={v!r} not in {allowed}" for k, v, allowed in
                 (("CLASS", a.klass, CLASSES), ("STAGE", a.stage, STAGES), ("BASELINE", a.baseline, ("honest", "self")))
                 if v not in allowed]

@@ -32,11 +32,11 @@ def print_table(outcomes, seconds: float) -> int:
     from rich.table import Table
 
     table = Table(title="attempts on the judge (tiny CPU engine)", show_lines=False)
-    for col in ("attempt", "class", "expected", "verdict", "stage", "seconds", "result"):
+    for col in ("attempt", "class", "expected", "verdict", "stage", "seconds", "result", "old gate (eead044)"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
     for o in outcomes:
         table.add_row(o.attempt.name, o.attempt.klass, o.attempt.expected, o.verdict, o.stage or "-", f"{o.seconds:.1f}",
-                      "ok" if o.passed else f"FAILED: {o.why}")
+                      "ok" if o.passed else f"FAILED: {o.why}", o.attempt.old_gate or "-")
     console = Console(width=200)
     console.print(table)
     failed = [o for o in outcomes if not o.passed]

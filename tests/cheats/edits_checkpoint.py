@@ -11,7 +11,7 @@ CLASS = "in-process"
 STAGE = "any-red"
 REASON = ""
 RUNS = 2
-OLD_GATE = "parity passed a wrong engine on the second gate (bench: not faster)"
+OLD_GATE = "second gate: parity passed the wrong engine; not faster; checkpoint changed"
 
 
 def apply(engine_dir: Path) -> None:

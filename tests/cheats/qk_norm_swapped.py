@@ -8,6 +8,7 @@ DESCRIPTION = "q is normed with k_norm.weight and k with q_norm.weight"
 CLASS = "precision"
 STAGE = "parity"
 REASON = ""
+OLD_GATE = "parity passed; not faster"
 
 
 def apply(engine_dir: Path) -> None:

@@ -10,7 +10,7 @@ DESCRIPTION = "walks __traceback__ -> tb_frame -> f_back to parity's `seqs` and 
 CLASS = "in-process"
 STAGE = "any-red"
 REASON = ""
-OLD_GATE = "parity passed a wrong engine (bench: not faster)"
+OLD_GATE = "parity passed the wrong engine; not faster"
 
 
 def apply(engine_dir: Path) -> None:

@@ -10,7 +10,7 @@ DESCRIPTION = "engine/_fast.py is one utf-8 comment that decodes (utf-7) to a GI
 CLASS = "static"
 STAGE = "static"
 REASON = "coding"
-OLD_GATE = "accepted"
+OLD_GATE = "static passed, payload ran (won every A/B round, within the noise bar)"
 
 
 def apply(engine_dir: Path) -> None:

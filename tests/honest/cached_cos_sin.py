@@ -5,6 +5,7 @@ from pathlib import Path
 from cheats import replace
 
 DESCRIPTION = "Rope.cos_sin indexes a cached cos/sin table instead of recomputing per call"
+OLD_GATE = "not faster"
 
 
 def apply(engine_dir: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from cheats import append
 
 DESCRIPTION = "load() times two equivalent cat/repeat layouts and records the faster; utf-8 cookie kept"
+OLD_GATE = "not faster"
 
 
 def apply(engine_dir: Path) -> None:

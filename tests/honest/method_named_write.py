@@ -6,6 +6,7 @@ from pathlib import Path
 from cheats import append
 
 DESCRIPTION = "a load ledger with .write()/.open() methods, a parameter `open`, a local `exit`"
+OLD_GATE = "rejected by static: calls .write() (the false reject of issue 10)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 DESCRIPTION = "engine/sampling.py -> engine/sampler.py"
+OLD_GATE = "not faster"
 
 
 def apply(engine_dir: Path) -> None:

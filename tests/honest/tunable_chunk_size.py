@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 DESCRIPTION = "tunables.json: gdn_chunk_size 64 -> 32"
+OLD_GATE = "not faster"
 
 
 def apply(engine_dir: Path) -> None:
