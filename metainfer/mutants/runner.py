@@ -1,0 +1,196 @@
+"""Run the mutation suite: each mutant applied to a fresh copy of an engine, judged by parity, scored.
+
+The unmutated engine is judged first and must pass (otherwise the suite proves nothing). Every
+mutant runs in its own copy of the engine folder, and parity (``harness.parity.run_parity``) must
+reject it; the score is killed / applicable. One reference serves every run when
+``harness.parity`` offers it (``ReferenceCache``), so the HF model's outputs are computed once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.prompts import SeedDrawn
+from metainfer.mutants.catalogue import Mutant, MutantDriftError
+
+
+@dataclass
+class MutantOutcome:
+    """One row of the table.
+
+    Attributes:
+        name, breaks, path: from the mutant (``path``: ``shared`` / ``reference+triton``; ``-`` for the
+            unmutated engine).
+        verdict: ``killed`` (parity rejected it), ``survived`` (parity passed it), ``drift`` (its
+            source patch no longer applies to the template), ``n/a`` (other weight format), or for the
+            unmutated engine ``pass`` / ``FAIL``.
+        figure: the first check that failed (or the worst figures when none did).
+        seconds: wall time of its parity run.
+    """
+
+    name: str
+    breaks: str
+    path: str
+    verdict: str
+    figure: str
+    seconds: float
+
+
+@dataclass
+class SuiteResult:
+    """The baseline row, the mutant rows and the score."""
+
+    baseline: MutantOutcome
+    outcomes: list[MutantOutcome] = field(default_factory=list)
+
+    @property
+    def applicable(self) -> list[MutantOutcome]:
+        return [o for o in self.outcomes if o.verdict != "n/a"]
+
+    @property
+    def killed(self) -> int:
+        return sum(o.verdict == "killed" for o in self.outcomes)
+
+    @property
+    def score(self) -> float:
+        """killed / applicable mutants (drifted ones count as not killed); 0 when none applies."""
+        n = len(self.applicable)
+        return self.killed / n if n else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """The unmutated engine passed and every applicable mutant was killed."""
+        return self.baseline.verdict == "pass" and bool(self.applicable) and self.killed == len(self.applicable)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "score": self.score, "killed": self.killed, "applicable": len(self.applicable),
+                "baseline": asdict(self.baseline), "mutants": [asdict(o) for o in self.outcomes]}
+
+
+def apply_mutant(mutant: Mutant, engine_dir: Path, dest: Path) -> Path:
+    """Copy the target folder ``engine_dir`` to ``dest`` and apply ``mutant``'s edits there.
+
+    Raises:
+        MutantDriftError: an edit's file is missing, or its old string occurs a different number of
+            times than the mutant expects (the template changed: update the catalogue).
+    """
+    shutil.copytree(engine_dir, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    for e in mutant.edits:
+        path = dest / e.path
+        if not path.is_file():
+            raise MutantDriftError(f"mutant {mutant.name}: {e.path} does not exist in the engine; update metainfer/mutants/catalogue.py")
+        text = path.read_text()
+        found = text.count(e.old)
+        if found != e.count:
+            raise MutantDriftError(
+                f"mutant {mutant.name}: expected {e.count} occurrence(s) of {e.old!r} in {e.path}, found {found}; "
+                "the template changed: update metainfer/mutants/catalogue.py"
+            )
+        path.write_text(text.replace(e.old, e.new))
+    return dest
+
+
+def _figure(result) -> str:
+    """The first failed check of the worst failing entry, the error, or the worst figures."""
+    if result.error:
+        return "engine raised: " + result.error.strip().splitlines()[0][:120]
+    failing = [f for f in result.prompts if f.failures]
+    if failing:
+        worst = next((f for f in failing if f.name == result.worst_prompt), failing[0])
+        return f"{worst.name}: {worst.failures[0]}"[:140]
+    return f"max prefill {result.max_rel_err:.3g}, decode {result.max_decode_rel_err:.3g} (within tolerance)"
+
+
+class ParityJudge:
+    """Runs ``harness.parity.run_parity`` for several engines on one checkpoint with the same prompts,
+    sharing one reference when ``run_parity`` accepts ``reference=`` (``harness.reference_cache``)."""
+
+    def __init__(self, checkpoint: Path, *, device: str, seed: int, lengths: tuple[int, ...], steps: int) -> None:
+        from harness import parity
+
+        self.run_parity = parity.run_parity
+        self.kwargs = dict(seed=seed, device=device, lengths=lengths, steps=steps)
+        self.checkpoint = checkpoint
+        self.cache = None
+        if "reference" in inspect.signature(parity.run_parity).parameters:
+            from harness.reference_cache import ReferenceCache
+
+            self.cache = ReferenceCache(checkpoint, device=device)
+            self.kwargs["reference"] = self.cache
+
+    def __call__(self, engine_dir: Path):
+        return self.run_parity(engine_dir, self.checkpoint, **self.kwargs)
+
+    def close(self) -> None:
+        for name in ("close", "stop"):
+            if self.cache is not None and hasattr(self.cache, name):
+                getattr(self.cache, name)()
+                return
+
+
+def run_suite(
+    engine_dir: Path, checkpoint: Path, mutants: tuple[Mutant, ...], *, quant: str, device: str = "cpu",
+    seed: int = 1, lengths: tuple[int, ...], steps: int, progress=None,
+) -> SuiteResult:
+    """Judge the unmutated engine, then every mutant, each from its own copy of ``engine_dir``.
+
+    Args:
+        engine_dir: a target folder holding ``engine/`` (a fresh render, normally).
+        mutants: the mutants to run; those of another weight format than ``quant``, or needing longer
+            prompts or decode runs than ``lengths`` / ``steps`` guarantee (``min_tokens``, ``min_steps``), are ``n/a``.
+        progress: called with each finished ``MutantOutcome`` (e.g. to print a line), or None.
+    Raises:
+        harness.parity.EngineDirError, CheckpointError: the engine or checkpoint is unusable.
+    """
+    judge = ParityJudge(Path(checkpoint), device=device, seed=seed, lengths=lengths, steps=steps)
+    longest = min(int(n) for n in lengths if isinstance(n, SeedDrawn)) if any(isinstance(n, SeedDrawn) for n in lengths) else 0
+    longest = max(longest, *(int(n) for n in lengths if not isinstance(n, SeedDrawn)))
+    note = progress or (lambda _o: None)
+    try:
+        with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+            t0 = time.perf_counter()
+            base = judge(Path(engine_dir))
+            baseline = MutantOutcome("(unmutated)", "nothing", "-", "pass" if base.ok else "FAIL", _figure(base),
+                                     time.perf_counter() - t0)
+            note(baseline)
+            suite = SuiteResult(baseline)
+            for m in mutants:
+                t0 = time.perf_counter()
+                if m.quant and m.quant != quant:
+                    out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"{m.quant} targets only", 0.0)
+                elif longest < m.min_tokens or steps < m.min_steps:
+                    out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"needs prompts of >= {m.min_tokens} tokens and "
+                                        f">= {m.min_steps} decode steps (this run: {longest}, {steps})", 0.0)
+                else:
+                    try:
+                        copy = apply_mutant(m, Path(engine_dir), Path(tmp) / m.name / Path(engine_dir).name)
+                    except MutantDriftError as err:
+                        out = MutantOutcome(m.name, m.breaks, m.path, "drift", str(err)[:140], 0.0)
+                    else:
+                        res = judge(copy)
+                        out = MutantOutcome(m.name, m.breaks, m.path, "survived" if res.ok else "killed", _figure(res),
+                                            time.perf_counter() - t0)
+                        shutil.rmtree(copy.parent, ignore_errors=True)
+                suite.outcomes.append(out)
+                note(out)
+            return suite
+    finally:
+        judge.close()
+
+
+def format_table(suite: SuiteResult) -> str:
+    """The table (mutant, path, what it breaks, verdict, figure that broke, seconds) and the score line."""
+    rows = [suite.baseline, *suite.outcomes]
+    head = f"{'mutant':26s} {'path':17s} {'verdict':9s} {'s':>6s}  figure / what it breaks"
+    lines = [head, "-" * len(head)]
+    for o in rows:
+        lines.append(f"{o.name:26s} {o.path:17s} {o.verdict:9s} {o.seconds:6.1f}  {o.figure}")
+        lines.append(f"{'':26s} {'':17s} {'':9s} {'':6s}    breaks: {o.breaks}")
+    lines.append(f"mutation score {suite.killed}/{len(suite.applicable)} = {100 * suite.score:.0f} % "
+                 f"(unmutated engine: {suite.baseline.verdict})")
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The mutation suite on the full-size engine (qwen3.6-35b-a3b, NVFP4, rendered for the h200) against its
+# synthetic checkpoint: the unmutated engine must pass parity and every mutant (metainfer/mutants/) must be
+# rejected. GPU prompt lengths and decode steps come from harness/prompts.py (23 prompts up to 2,049 tokens
+# plus one drawn from the seed in [3000, 4000], 32 decode steps); the reference runs in bf16 (fp32 does not
+# fit beside the engine), so the bf16-vs-bf16 tolerances of docs/PARITY.md apply.
+#
+#   bash scripts/h200/mutants_full.sh start   # call 1: checkpoint (if missing), then the suite in the background
+#   bash scripts/h200/mutants_full.sh wait    # call 2, 3, ...: wait (up to CALL_LIMIT_S) and collect
+#
+# Leaves under $OUT: mutants.txt (the table and score, for docs/results/), mutants.json, mutants.log.
+# MUTANT_ARGS adds options (e.g. "--only gdn_state_bf16 --lengths 2049,3000-4000").
+set -uo pipefail
+START=$(date +%s)
+LIMIT=${CALL_LIMIT_S:-560}
+MODE=${1:?usage: mutants_full.sh start|wait}
+source scripts/h200/env.sh
+CK=/tmp/ck-qwen3.6-35b-a3b-nvfp4
+RES=/tmp/mutants; mkdir -p "$RES"
+
+collect() {
+  for f in mutants.txt mutants.json mutants.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/$f"; done
+}
+trap collect EXIT
+
+if [ "$MODE" = start ]; then
+  [ -f "$CK/model.safetensors.index.json" ] || metainfer checkpoint --model qwen3.6-35b-a3b --quant nvfp4 \
+    --out "$CK" --seed 1234 --force > "$RES/checkpoint.log" 2>&1 || { tail -5 "$RES/checkpoint.log"; exit 1; }
+  # setsid: the suite keeps running after this call returns (until the machine goes back)
+  setsid nohup bash -c "metainfer mutants --model qwen3.6-35b-a3b --quant nvfp4 --gpu h200 --device cuda \
+      --checkpoint $CK --json $RES/mutants.json ${MUTANT_ARGS:-} > $RES/mutants.txt 2> $RES/mutants.log" < /dev/null &
+  echo $! > /tmp/mutants.pid
+fi
+
+while kill -0 "$(cat /tmp/mutants.pid 2>/dev/null || echo 0)" 2>/dev/null; do
+  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
+  sleep 10
+done
+tail -40 "$RES/mutants.txt"
