@@ -148,7 +148,9 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     assert not any(exports.glob("metainfer-best-*")), list(exports.iterdir())
     stat = Path(f"/proc/{gate_pid}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z"  # the gate died with the loop
-    assert (run / "summary.html").is_file() and "interrupted" in (run / "summary.html").read_text()
+    page = (run / "summary.html").read_text()
+    assert "interrupted" in page and f"metainfer build --resume {run.name}" in page
+    assert 'id="in-flight"' in page and "iteration 0 was in flight" in page
 
 
 def test_version():

@@ -136,6 +136,7 @@ class RunView:
     scaled_down: bool
     vllm_source: str | None
     workload_names: list[str]
+    in_flight: str | None = None
 
     @property
     def candidates(self) -> list[IterationView]:
@@ -271,10 +272,22 @@ def run_view(record: RunRecord) -> RunView:
     resume = None
     if st.get("status") in ("interrupted", "crashed", "running"):
         resume = st.get("resume_command") or f"metainfer build --resume {record.run_id}"
+    in_flight = None
+    flight = st.get("in_flight") or {}
+    if flight.get("iteration") is not None:
+        i = flight["iteration"]
+        try:
+            partial = json.loads((record.path / f"iter-{i:03d}" / "gate.json").read_text())
+        except (OSError, ValueError):
+            partial = {}
+        done = ", ".join(f"{x.get('name')} {'ok' if x.get('ok') else 'red'} {as_float(x.get('seconds')) or 0:.0f} s"
+                         for x in partial.get("stages") or [])
+        in_flight = (f"iteration {i} was in flight when the run stopped (gate stages finished: {done or 'none'}"
+                     + (f"; {partial['running']} was running" if partial.get("running") else "") + "); resuming redoes it")
     return RunView(
         run_id=record.run_id, target=st["target"], status=st.get("status") or "?", stop_reason=st.get("stop_reason"),
         resume_command=resume, agent=str(st.get("agent")), seed=st.get("seed"), branch=st.get("branch"),
         started=st.get("started"), ended=st.get("ended"), active_seconds=float(st.get("active_seconds") or 0.0),
         cost_usd=float(st.get("cost_usd") or 0.0), best=st.get("best") or {}, iterations=iterations,
         scaled_down=any(it.scaled_down for it in iterations), vllm_source=source if any(not it.on_cpu for it in iterations) else None,
-        workload_names=names)
+        workload_names=names, in_flight=in_flight)
