@@ -77,8 +77,9 @@ def step_ops(args) -> dict:
     x = [d[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias")]
     st, cu, sl = d["state"], d["cu"], d["slots"]
     rows = []
-    for cfg in ({},) if args.quick else ({}, {"state_block_v": 16}, {"state_block_v": 64}, {"block_v": 32}, {"block_v": 128, "num_warps": 8},
-                {"state_num_warps": 8}, {"prep_num_warps": 8}, {"dot_precision": "ieee"}):
+    for cfg in ({},) if args.quick else ({}, {"state_block_v": 16}, {"state_block_v": 64}, {"state_num_warps": 4, "state_num_stages": 3},
+                                         {"block_v": 32}, {"block_v": 128, "num_warps": 8}, {"prep_num_warps": 4},
+                                         {"prep_num_warps": 16}, {"dot_precision": "tf32x3"}, {"dot_precision": "ieee"}):
         try:
             ms = _bench(lambda: gdn.gdn_chunk_prefill(*x, st, cu, sl, **cfg))
             rows.append({"config": cfg, "ms": ms, "tok_s": t / ms * 1e3, "x_fla": ms / FLA_GDN_MS})
@@ -115,7 +116,7 @@ def step_ops(args) -> dict:
     xc, w, cs, cuc, slc = conv_inputs([t], c=8192, seed=0, device=args.device)
     nbytes = t * 8192 * 4
     rows = []
-    for bt, bc in ((64, 128),) if args.quick else ((64, 128), (32, 256), (128, 64), (16, 512)):
+    for bt, bc in ((64, 256),) if args.quick else ((64, 256), (32, 256), (128, 256), (64, 128), (64, 512), (16, 512)):
         ms = _bench(lambda: conv.causal_conv1d_prefill(xc, cs, w, cuc, slc, block_t=bt, block_c=bc))
         rows.append({"config": {"block_t": bt, "block_c": bc}, "ms": ms, "gb_s": nbytes / ms / 1e6})
     serial = _bench(lambda: kern.causal_conv1d_prefill(xc.contiguous(), cs, w, cuc, slc))

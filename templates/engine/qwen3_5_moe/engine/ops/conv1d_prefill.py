@@ -5,7 +5,9 @@ forward, oldest first), ``y_t = silu(Σ_w weight[c, w] · in_{t-(W-1)+w})`` wher
 for j ≥ 0 and ``s[W-1+j]`` for j < 0, in fp32, rounded once to bf16; afterwards the state holds
 ``in_{L-(W-1)} .. in_{L-1}``. An empty sequence keeps its state.
 Kernel: one program per (block of BT tokens of one sequence, block of BC channels), in parallel
-over the whole packed batch (``_varlen.locate_block``: cu_seqlens read on the device, no sync).
+over the whole packed batch (``_varlen.locate_block``: cu_seqlens read on the device, no sync);
+a program walks its BT tokens in order with [BC] vectors (the W-1 earlier inputs it re-reads
+are L1 hits), which keeps it light on registers.
 The program that holds a sequence's first block is the only one that reads the old state, so it
 also writes the new one, after its reads.
 Reference: ``kernels.reference_prefill.causal_conv1d_prefill_ref`` (F.conv1d per sequence).
@@ -23,9 +25,10 @@ from ._varlen import block_n, locate_block, max_blocks
 
 if HAVE_TRITON:
     from ..kernels._common import new_empty, round_bf16
+    from ..kernels.prefill import _conv_input
 
 #: Launch defaults (tunable through the keywords of ``causal_conv1d_prefill``).
-DEFAULTS = {"block_t": 64, "block_c": 128, "num_warps": 4}
+DEFAULTS = {"block_t": 64, "block_c": 256, "num_warps": 4}
 
 __all__ = ["DEFAULTS", "causal_conv1d_prefill", "causal_conv1d_prefill_ref", "causal_conv1d_prefill_triton"]
 
@@ -41,30 +44,26 @@ def _conv1d_prefill_kernel(
     i_n, bos, eos, t0 = locate_block(cu_ptr, N, i_b, BT, BLOCK_N)
     o_c = i_c * BC + tl.arange(0, BC)
     m_c = o_c < C
-    r = t0 + tl.arange(0, BT)
-    m_r = r < eos
     i_s = tl.load(slot_ptr + tl.minimum(i_n, N - 1)).to(tl.int64)
     p_st = state_ptr + i_s * stride_ss + o_c.to(tl.int64) * stride_sc  # [BC], oldest input first
-    b_acc = tl.zeros([BT, BC], dtype=tl.float32)
-    for i_w in tl.static_range(W):
-        j = r - (W - 1) + i_w  # input token (absolute row); rows before bos come from the state
-        m_x = m_r & (j >= bos)
-        m_s = m_r & (j < bos)
-        b_x = tl.load(x_ptr + j[:, None] * stride_xt + o_c[None, :], mask=m_x[:, None] & m_c[None, :], other=0.0)
-        b_s = tl.load(p_st[None, :] + (W - 1 + j - bos)[:, None], mask=m_s[:, None] & m_c[None, :], other=0.0)
-        b_in = b_x.to(tl.float32) + b_s.to(tl.float32)
-        b_acc += b_in * tl.load(w_ptr + o_c.to(tl.int64) * stride_wc + i_w, mask=m_c, other=0.0).to(tl.float32)[None, :]
-    b_y = b_acc * tl.sigmoid(b_acc)
-    p_y = y_ptr + r[:, None] * stride_yt + o_c[None, :]
-    tl.store(p_y, round_bf16(b_y).to(y_ptr.dtype.element_ty), mask=m_r[:, None] & m_c[None, :])
+    p_w = w_ptr + o_c.to(tl.int64) * stride_wc
+    # the block's tokens one after another, channels across the threads: [BC] vectors only (rows
+    # re-read by the next W-1 tokens come from L1), so no 2D gather and few registers
+    for t in range(t0 - bos, tl.minimum(t0 + BT, eos) - bos):
+        b_acc = tl.zeros([BC], dtype=tl.float32)
+        for i_w in tl.static_range(W):
+            b_in = _conv_input(x_ptr, p_st, bos, t - (W - 1) + i_w, o_c, m_c, stride_xt, W)
+            b_acc += b_in * tl.load(p_w + i_w, mask=m_c, other=0.0).to(tl.float32)
+        b_y = b_acc * tl.sigmoid(b_acc)
+        tl.store(y_ptr + (bos + t) * stride_yt + o_c, round_bf16(b_y).to(y_ptr.dtype.element_ty), mask=m_c)
     if t0 == bos:  # the sequence's first block: new state[i] = in_{L-(W-1)+i}, read before written
         for i_w in tl.static_range(W - 1):
-            j = eos - (W - 1) + i_w
-            m_j = (o_c.to(tl.int64) * 0 + j) >= bos  # j as a vector: a scalar mask is not portable
+            i_in = eos - (W - 1) + i_w
+            m_in = (o_c.to(tl.int64) * 0 + i_in) >= bos  # i_in as a vector: a scalar mask is not portable
             m_live = m_c & ((o_c.to(tl.int64) * 0 + bos) < eos)
-            b_x = tl.load(x_ptr + j * stride_xt + o_c, mask=m_live & m_j, other=0.0).to(tl.float32)
-            b_s = tl.load(p_st + (W - 1 + j - bos), mask=m_live & (~m_j), other=0.0).to(tl.float32)
-            tl.store(p_st + i_w, (b_x + b_s).to(state_ptr.dtype.element_ty), mask=m_live)
+            b_nx = tl.load(x_ptr + i_in * stride_xt + o_c, mask=m_live & m_in, other=0.0).to(tl.float32)
+            b_ns = tl.load(p_st + (W - 1 + i_in - bos), mask=m_live & (~m_in), other=0.0).to(tl.float32)
+            tl.store(p_st + i_w, (b_nx + b_ns).to(state_ptr.dtype.element_ty), mask=m_live)
 
 
 def causal_conv1d_prefill_triton(

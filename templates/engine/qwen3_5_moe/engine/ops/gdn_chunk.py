@@ -30,11 +30,12 @@ from ._triton import HAVE_TRITON, require_triton, tl, triton
 from ._varlen import block_base, block_n, locate_block, max_blocks
 
 if HAVE_TRITON:
-    from ..kernels._common import INTERPRET, new_empty, round_bf16
+    from ..kernels._common import INTERPRET, dot_bf16, new_empty, round_bf16
     from ..kernels.gdn import _softplus
 
 #: Launch defaults (tunable through the keywords of ``gdn_chunk_prefill``).
-DEFAULTS = {"block_v": 64, "state_block_v": 32, "num_warps": 4, "state_num_warps": 4, "prep_num_warps": 8}
+DEFAULTS = {"block_v": 64, "state_block_v": 32, "num_warps": 4, "state_num_warps": 8, "state_num_stages": 2,
+            "prep_num_warps": 8}
 BT = 64  # chunk size of the Triton path (the UT transform is written for 4 blocks of 16)
 
 
@@ -69,9 +70,18 @@ def _gates(a_ptr, b_ptr, o_r, m_r, stride_a, stride_b, b_alog, b_dtb):
 
 
 @triton.jit
-def _a_block(b_kb, b_k, b_gi, b_gj, DIAG: tl.constexpr, PREC: tl.constexpr):
-    """A block [16, 16]: β_i (k_i·k_j) exp(gc_i − gc_j), strictly lower on a diagonal block."""
-    b_a = tl.dot(b_kb, tl.trans(b_k), input_precision=PREC)
+def _load_raw(p, o_r, m_r, stride_t, o_d, m_d):
+    """Rows o_r of a [T, D] head slice as stored (bf16) and each row's 1/‖row‖ (fp32, HF's l2norm)."""
+    b_x = tl.load(p + o_r[:, None] * stride_t + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)
+    b_f = b_x.to(tl.float32)
+    return b_x, tl.rsqrt(tl.sum(b_f * b_f, axis=1) + 1e-6)
+
+
+@triton.jit
+def _a_block(b_ki, b_kj, b_si, b_sj, b_gi, b_gj, DIAG: tl.constexpr):
+    """A block [16, 16]: s_i s_j (k_i·k_j) exp(gc_i − gc_j) from raw bf16 rows (products exact in fp32),
+    strictly lower on a diagonal block."""
+    b_a = dot_bf16(b_ki, tl.trans(b_kj), tl.zeros([16, 16], dtype=tl.float32)) * b_si[:, None] * b_sj[None, :]
     b_d = b_gi[:, None] - b_gj[None, :]
     if DIAG:
         o_r = tl.arange(0, 16)
@@ -79,6 +89,12 @@ def _a_block(b_kb, b_k, b_gi, b_gj, DIAG: tl.constexpr, PREC: tl.constexpr):
         return tl.where(keep, b_a * tl.exp(tl.where(keep, b_d, 0.0)), 0.0)
     else:
         return b_a * tl.exp(b_d)
+
+
+@triton.jit
+def _xk(b_x, b_c, b_k, PREC: tl.constexpr):
+    """X diag(c) K for X [16, 16] fp32, c [16], K [16, D] bf16 → fp32 [16, D]."""
+    return tl.dot(b_x * b_c[None, :], b_k.to(tl.float32), input_precision=PREC)
 
 
 @triton.jit
@@ -96,11 +112,6 @@ def _inv_unit_lower(b_a):
 @triton.jit
 def _dot16(x, y):
     return tl.dot(x, y, input_precision="ieee")
-
-
-@triton.jit
-def _dotp(x, y, PREC: tl.constexpr):
-    return tl.dot(x, y, input_precision=PREC)
 
 
 @triton.jit
@@ -140,49 +151,53 @@ def _gdn_prep_kernel(
     tl.store(p_gc + r1 * HV, g1, mask=m1)
     tl.store(p_gc + r2 * HV, g2, mask=m2)
     tl.store(p_gc + r3 * HV, g3, mask=m3)
+    # k stays bf16 (raw); its L2 norm and β enter as row scales: A_st = diag(β rn)_s (k_s k_tᵀ) diag(rn)_t ∘ decay
     p_k = k_ptr + (i_h // GROUP) * stride_kh
-    k0 = _load_unit(p_k, r0, m0, stride_kt, o_k, m_k, 1.0)
-    k1 = _load_unit(p_k, r1, m1, stride_kt, o_k, m_k, 1.0)
-    k2 = _load_unit(p_k, r2, m2, stride_kt, o_k, m_k, 1.0)
-    k3 = _load_unit(p_k, r3, m3, stride_kt, o_k, m_k, 1.0)
-    kb0, kb1, kb2, kb3 = k0 * be0[:, None], k1 * be1[:, None], k2 * be2[:, None], k3 * be3[:, None]
+    k0, n0 = _load_raw(p_k, r0, m0, stride_kt, o_k, m_k)
+    k1, n1 = _load_raw(p_k, r1, m1, stride_kt, o_k, m_k)
+    k2, n2 = _load_raw(p_k, r2, m2, stride_kt, o_k, m_k)
+    k3, n3 = _load_raw(p_k, r3, m3, stride_kt, o_k, m_k)
     # diagonal blocks inverted, then X_ij = -X_ii Σ_{j≤m<i} A_im X_mj
-    x00 = _inv_unit_lower(_a_block(kb0, k0, g0, g0, True, PREC))
-    x11 = _inv_unit_lower(_a_block(kb1, k1, g1, g1, True, PREC))
-    x22 = _inv_unit_lower(_a_block(kb2, k2, g2, g2, True, PREC))
-    x33 = _inv_unit_lower(_a_block(kb3, k3, g3, g3, True, PREC))
-    a10 = _a_block(kb1, k0, g1, g0, False, PREC)
-    a20 = _a_block(kb2, k0, g2, g0, False, PREC)
-    a21 = _a_block(kb2, k1, g2, g1, False, PREC)
-    a30 = _a_block(kb3, k0, g3, g0, False, PREC)
-    a31 = _a_block(kb3, k1, g3, g1, False, PREC)
-    a32 = _a_block(kb3, k2, g3, g2, False, PREC)
+    x00 = _inv_unit_lower(_a_block(k0, k0, n0 * be0, n0, g0, g0, True))
+    x11 = _inv_unit_lower(_a_block(k1, k1, n1 * be1, n1, g1, g1, True))
+    x22 = _inv_unit_lower(_a_block(k2, k2, n2 * be2, n2, g2, g2, True))
+    x33 = _inv_unit_lower(_a_block(k3, k3, n3 * be3, n3, g3, g3, True))
+    a10 = _a_block(k1, k0, n1 * be1, n0, g1, g0, False)
+    a20 = _a_block(k2, k0, n2 * be2, n0, g2, g0, False)
+    a21 = _a_block(k2, k1, n2 * be2, n1, g2, g1, False)
+    a30 = _a_block(k3, k0, n3 * be3, n0, g3, g0, False)
+    a31 = _a_block(k3, k1, n3 * be3, n1, g3, g1, False)
+    a32 = _a_block(k3, k2, n3 * be3, n2, g3, g2, False)
     x10 = -_dot16(x11, _dot16(a10, x00))
     x21 = -_dot16(x22, _dot16(a21, x11))
     x20 = -_dot16(x22, _dot16(a20, x00) + _dot16(a21, x10))
     x32 = -_dot16(x33, _dot16(a32, x22))
     x31 = -_dot16(x33, _dot16(a31, x11) + _dot16(a32, x21))
     x30 = -_dot16(x33, _dot16(a30, x00) + _dot16(a31, x10) + _dot16(a32, x20))
-    # w = X (β exp(gc) k)
-    kb0, kb1, kb2, kb3 = kb0 * tl.exp(g0)[:, None], kb1 * tl.exp(g1)[:, None], kb2 * tl.exp(g2)[:, None], kb3 * tl.exp(g3)[:, None]
+    # w = X diag(β rn exp(gc)) k: the row scales go onto X's columns, k is read as is
+    c0, c1, c2, c3 = n0 * be0 * tl.exp(g0), n1 * be1 * tl.exp(g1), n2 * be2 * tl.exp(g2), n3 * be3 * tl.exp(g3)
     p_w = w_ptr + i_h * DK
     s_w = HV * DK
-    _store_rows(p_w, _dotp(x00, kb0, PREC), r0, m0, s_w, o_k, m_k)
-    _store_rows(p_w, _dotp(x10, kb0, PREC) + _dotp(x11, kb1, PREC), r1, m1, s_w, o_k, m_k)
-    _store_rows(p_w, _dotp(x20, kb0, PREC) + _dotp(x21, kb1, PREC) + _dotp(x22, kb2, PREC), r2, m2, s_w, o_k, m_k)
-    _store_rows(p_w, _dotp(x30, kb0, PREC) + _dotp(x31, kb1, PREC) + _dotp(x32, kb2, PREC) + _dotp(x33, kb3, PREC), r3, m3, s_w, o_k, m_k)
-    # u = X (β v)
+    _store_rows(p_w, _xk(x00, c0, k0, PREC), r0, m0, s_w, o_k, m_k)
+    _store_rows(p_w, _xk(x10, c0, k0, PREC) + _xk(x11, c1, k1, PREC), r1, m1, s_w, o_k, m_k)
+    _store_rows(p_w, _xk(x20, c0, k0, PREC) + _xk(x21, c1, k1, PREC) + _xk(x22, c2, k2, PREC), r2, m2, s_w, o_k, m_k)
+    w3 = _xk(x30, c0, k0, PREC) + _xk(x31, c1, k1, PREC) + _xk(x32, c2, k2, PREC) + _xk(x33, c3, k3, PREC)
+    _store_rows(p_w, w3, r3, m3, s_w, o_k, m_k)
+    # u = X diag(β) v, v read block by block
     p_v = v_ptr + i_h * stride_vh
-    v0 = tl.load(p_v + r0[:, None] * stride_vt + o_v[None, :], mask=m0[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be0[:, None]
-    v1 = tl.load(p_v + r1[:, None] * stride_vt + o_v[None, :], mask=m1[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be1[:, None]
-    v2 = tl.load(p_v + r2[:, None] * stride_vt + o_v[None, :], mask=m2[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be2[:, None]
-    v3 = tl.load(p_v + r3[:, None] * stride_vt + o_v[None, :], mask=m3[:, None] & m_v[None, :], other=0.0).to(tl.float32) * be3[:, None]
     p_u = u_ptr + i_h * DV
     s_u = HV * DV
-    _store_rows(p_u, _dotp(x00, v0, PREC), r0, m0, s_u, o_v, m_v)
-    _store_rows(p_u, _dotp(x10, v0, PREC) + _dotp(x11, v1, PREC), r1, m1, s_u, o_v, m_v)
-    _store_rows(p_u, _dotp(x20, v0, PREC) + _dotp(x21, v1, PREC) + _dotp(x22, v2, PREC), r2, m2, s_u, o_v, m_v)
-    _store_rows(p_u, _dotp(x30, v0, PREC) + _dotp(x31, v1, PREC) + _dotp(x32, v2, PREC) + _dotp(x33, v3, PREC), r3, m3, s_u, o_v, m_v)
+    v0, _ = _load_raw(p_v, r0, m0, stride_vt, o_v, m_v)
+    u0, u1, u2, u3 = _xk(x00, be0, v0, PREC), _xk(x10, be0, v0, PREC), _xk(x20, be0, v0, PREC), _xk(x30, be0, v0, PREC)
+    _store_rows(p_u, u0, r0, m0, s_u, o_v, m_v)
+    v1, _ = _load_raw(p_v, r1, m1, stride_vt, o_v, m_v)
+    u1, u2, u3 = u1 + _xk(x11, be1, v1, PREC), u2 + _xk(x21, be1, v1, PREC), u3 + _xk(x31, be1, v1, PREC)
+    _store_rows(p_u, u1, r1, m1, s_u, o_v, m_v)
+    v2, _ = _load_raw(p_v, r2, m2, stride_vt, o_v, m_v)
+    u2, u3 = u2 + _xk(x22, be2, v2, PREC), u3 + _xk(x32, be2, v2, PREC)
+    _store_rows(p_u, u2, r2, m2, s_u, o_v, m_v)
+    v3, _ = _load_raw(p_v, r3, m3, stride_vt, o_v, m_v)
+    _store_rows(p_u, u3 + _xk(x33, be3, v3, PREC), r3, m3, s_u, o_v, m_v)
 
 
 @triton.jit
@@ -218,9 +233,9 @@ def _gdn_state_kernel(
         tl.store(vn_ptr + (r[:, None] * HV + i_h) * DV + o_v[None, :], b_vn, mask=m_r[:, None] & m_v[None, :])
         b_gc = tl.load(gc_ptr + r * HV + i_h, mask=m_r, other=0.0)
         b_glast = tl.load(gc_ptr + (tl.minimum(bos + i_c * 64 + 64, eos) - 1) * HV + i_h)
-        b_k = _load_unit(p_k, r, m_r, stride_kt, o_k, m_k, 1.0)
-        b_k = b_k * tl.exp(b_glast - b_gc)[:, None]
-        b_h = b_h * tl.exp(b_glast) + tl.dot(tl.trans(b_k), b_vn, input_precision=PREC)
+        b_kr, b_rn = _load_raw(p_k, r, m_r, stride_kt, o_k, m_k)  # (k/‖k‖ · decay)ᵀ v' = k_rawᵀ (row-scaled v')
+        b_vs = b_vn * (b_rn * tl.exp(b_glast - b_gc))[:, None]
+        b_h = b_h * tl.exp(b_glast) + tl.dot(tl.trans(b_kr.to(tl.float32)), b_vs, input_precision=PREC)
     tl.store(p_s, b_h, mask=m_s)
 
 
@@ -263,6 +278,7 @@ def gdn_chunk_prefill_triton(
     A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, cu_seqlens: torch.Tensor,
     slots: torch.Tensor, *, block_v: int = DEFAULTS["block_v"], state_block_v: int = DEFAULTS["state_block_v"],
     num_warps: int = DEFAULTS["num_warps"], state_num_warps: int = DEFAULTS["state_num_warps"],
+    state_num_stages: int = DEFAULTS["state_num_stages"],
     prep_num_warps: int = DEFAULTS["prep_num_warps"], dot_precision: str | None = None,
 ) -> torch.Tensor:
     """Three launches; scratch: u, v' fp32 [T, HV, Dv], w fp32 [T, HV, Dk], gc fp32 [T, HV],
@@ -299,6 +315,7 @@ def gdn_chunk_prefill_triton(
         k, u, w, gc, state, cu_seqlens, slots, h, vn,
         n_seq, hv, dk, dv, k.stride(0), k.stride(1),
         GROUP=group, BK=bk, BV=state_block_v, BLOCK_N=bn, PREC=prec, num_warps=state_num_warps,
+        num_stages=state_num_stages,
     )
     _gdn_output_kernel[(max_chunks, hv, triton.cdiv(dv, block_v))](
         q, k, gc, h, vn, cu_seqlens, o,
@@ -325,7 +342,7 @@ def gdn_chunk_prefill(
             size gives the same result up to fp32 rounding).
     Returns: o bf16 [T, HV, Dv]; each sequence's final state is written to its slot.
     Launch keywords (Triton, DEFAULTS): ``block_v``/``num_warps`` (output kernel), ``state_block_v``/
-    ``state_num_warps`` (the sequential pass: fewer v columns per program, more programs),
+    ``state_num_warps``/``state_num_stages`` (the sequential pass: fewer v columns per program, more programs),
     ``prep_num_warps``; ``dot_precision`` ("tf32" on GPUs by default, "ieee" for fp32-exact dots).
     Backend: Triton when ``kernels`` picks it for this op ("gdn_chunk_prefill"; CUDA tensors by
     default), else ``gdn_chunk_prefill_ref``.
