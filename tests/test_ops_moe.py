@@ -149,7 +149,8 @@ def _case(dist, t, hidden, inter, seed, poison_unhit=True):
 
 
 @pytest.mark.parametrize("dist,t,hidden,inter,bucket", [
-    ("uniform", 1, 48, 32, "s"),
+    ("uniform", 1, 48, 32, "s"),  # T = 1: no align launch, token-major down with the k-sum inside
+    ("holes", 1, 560, 32, "s-split3"),
     ("uniform", 3, 560, 48, "s-split3"),  # 3 super-groups, the last partial; split-K 3
     ("skewed", 17, 48, 32, "m-split2"),  # split 2 > super-groups 1: clamped
     ("skewed", 5, 560, 32, "m-split2"),

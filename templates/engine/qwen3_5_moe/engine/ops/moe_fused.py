@@ -11,6 +11,11 @@ is the whole MoE block in one pass. Four launches (five with split-K), shapes st
 3. ``_moe_gemm_kernel`` down (ROUTED): fp32 y [P, H] (routing weight applied);
 4. ``moe_reduce``: a token's pairs summed in increasing j, rounded once.
 
+At T = 1 (batch-1 decode) the k pairs are distinct experts already: no align launch (block b is
+pair b), and the down projection runs token-major with the k-sum inside (``_down_token_kernel``,
+bitwise the same result): two launches, three with split-K. A lone row is always real (graphs
+never pad a batch of 1), so ``n_valid`` is not read there.
+
 The launch configuration is chosen by T through three buckets (``MoeBucket``, tunables
 ``moe_ops_{s,m,l}_*``): small T wants thin tiles and split-K (the grid is hit experts × N/BLOCK_N),
 large T wgmma-sized tiles (BLOCK_M ≥ 64). The fp32 summation order depends on K only (``moe_gemm``'s
@@ -36,7 +41,7 @@ from ._triton import HAVE_TRITON, require_triton, triton
 
 if HAVE_TRITON:
     from ..kernels._common import new_empty
-    from .moe_gemm import CHUNK_SG, _combine_kernel, _moe_gemm_kernel
+    from .moe_gemm import CHUNK_SG, _combine_kernel, _down_token_kernel, _moe_gemm_kernel
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,12 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         return new_empty((0, hidden), torch.bfloat16, out_dev)
     x = x.contiguous()
     tw = weights.reshape(-1).to(torch.float32).contiguous()
-    sorted_ids, block_expert = moe_align_triton(ids, n_exp, cfg.block_m, n_valid)
+    direct = t == 1  # the k pairs of one token have distinct experts: no sort, no k-sum kernel
+    if direct:
+        block_expert = ids.reshape(-1).contiguous()  # block b = pair b (its expert; invalid ids skip it)
+        sorted_ids = block_expert
+    else:
+        sorted_ids, block_expert = moe_align_triton(ids, n_exp, cfg.block_m, n_valid)
     n_blocks = block_expert.numel()
     w13_32, w2_32 = pk.w13.view(torch.int32), pk.w2.view(torch.int32)
     sg13, sg2 = pk.w13.shape[2] // 144, pk.w2.shape[2] // 144
@@ -123,22 +133,29 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         c, c_args = h, (h.stride(0), 0)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n), split)](
         x, w13_32, pk.w13, pk.g13, c, sorted_ids, block_expert, tw,
-        n_pairs, inter, hidden, sg13, w13_32.stride(1),
+        n_pairs, inter, hidden, sg13, w13_32.stride(1), n_exp,
         x.stride(0), w13_32.stride(0), pk.g13.stride(0), *c_args,
-        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, BLOCK_N=cfg.block_n, **kw,
+        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, DIRECT=direct, BLOCK_N=cfg.block_n, **kw,
     )
     if split > 1:
         _combine_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n))](
-            part, sorted_ids, block_expert, pk.g13, h, n_pairs, inter, n_chunks,
+            part, sorted_ids, block_expert, pk.g13, h, n_pairs, inter, n_chunks, n_exp,
             part.stride(0), part.stride(1), h.stride(0),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+            DIRECT=direct, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
         )
+    if direct:
+        out = new_empty((t, hidden), torch.bfloat16, out_dev)
+        _down_token_kernel[(t, triton.cdiv(hidden, cfg.block_n))](
+            h, w2_32, pk.w2, pk.g2, block_expert, tw, out, hidden, inter, sg2, w2_32.stride(1), n_exp,
+            h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.block_n, **kw,
+        )
+        return out
     y = new_empty((n_pairs, hidden), torch.float32, out_dev)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg.block_n), 1)](
         h, w2_32, pk.w2, pk.g2, y, sorted_ids, block_expert, tw,
-        n_pairs, hidden, inter, sg2, w2_32.stride(1),
+        n_pairs, hidden, inter, sg2, w2_32.stride(1), n_exp,
         h.stride(0), w2_32.stride(0), 1, y.stride(0), 0,
-        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, BLOCK_N=cfg.block_n, **kw,
+        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.block_n, **kw,
     )
     return moe_reduce_triton(y, ids, n_exp, n_valid)
 

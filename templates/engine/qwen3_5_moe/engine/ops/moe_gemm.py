@@ -103,11 +103,45 @@ def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w
 
 
 @triton.jit
+def _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Row block i_b → (expert, pair ids [BLOCK_M] (padding → 0), row mask); expert < 0: nothing to do.
+    DIRECT (T = 1: the k pairs have distinct experts): block b is pair b alone, bexp_ptr the flat ids."""
+    o_m = tl.arange(0, BLOCK_M)
+    i_e = tl.load(bexp_ptr + i_b).to(tl.int64)
+    if DIRECT:
+        i_e = tl.where((i_e >= 0) & (i_e < E), i_e, -1)
+        m_r = o_m == 0
+        o_r = tl.where(m_r, i_b, 0).to(tl.int64)
+    else:
+        o_r = tl.load(sid_ptr + i_b * BLOCK_M + o_m).to(tl.int64)
+        m_r = o_r < P
+        o_r = tl.where(m_r, o_r, 0)
+    return i_e, o_r, m_r
+
+
+@triton.jit
+def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi, N_SG,
+            A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The fp32 sums over the chunks [c_lo, c_hi) of K, each chunk accumulated from zero and added in order."""
+    tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for c in range(c_lo, c_hi):
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
+            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
+                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
+        tot += acc
+        tot_up += acc_up
+    return tot, tot_up
+
+
+@triton.jit
 def _moe_gemm_kernel(
     a_ptr, w32_ptr, w8_ptr, g_ptr, c_ptr, sid_ptr, bexp_ptr, tw_ptr,
-    P, N, K_TRUE, N_SG, ROW_WORDS,
+    P, N, K_TRUE, N_SG, ROW_WORDS, E,
     stride_am, stride_we, stride_ge, stride_cm, stride_cc,
-    A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr,
+    A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr, DIRECT: tl.constexpr,
     CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (GATED: N = I, the up
@@ -116,12 +150,9 @@ def _moe_gemm_kernel(
     i_b = tl.program_id(0)
     i_n = tl.program_id(1)
     i_s = tl.program_id(2)
-    i_e = tl.load(bexp_ptr + i_b).to(tl.int64)
+    i_e, o_r, m_r = _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT, BLOCK_M)
     if i_e < 0:
         return
-    o_r = tl.load(sid_ptr + i_b * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    m_r = o_r < P
-    o_r = tl.where(m_r, o_r, 0)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
     m_c = m_r[:, None] & m_n[None, :]
@@ -129,44 +160,37 @@ def _moe_gemm_kernel(
     row_up = row_gate + N * ROW_WORDS
     n_chunks = tl.cdiv(N_SG, CHUNK_SG)
     per = tl.cdiv(n_chunks, SPLIT_K)
-    tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for c in range(i_s * per, tl.minimum(i_s * per + per, n_chunks)):
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
-            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
-                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
-        if GATED and SPLIT_K > 1:  # this chunk's raw sums; _combine_kernel adds the chunks in order
+    c_lo = i_s * per
+    c_hi = tl.minimum(c_lo + per, n_chunks)
+    if GATED and SPLIT_K > 1:  # each chunk's raw sums; _combine_kernel adds them in order
+        for c in range(c_lo, c_hi):
+            acc, acc_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c, c + 1,
+                                  N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
             p_c = c_ptr + c * stride_cc + o_r[:, None] * stride_cm + o_n[None, :]
             tl.store(p_c, acc, mask=m_c)
             tl.store(p_c + N, acc_up, mask=m_c)
-        else:
-            tot += acc
-            tot_up += acc_up
-    if GATED:
-        if SPLIT_K == 1:
+    else:
+        tot, tot_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi,
+                              N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
+        if GATED:
             b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + i_e * stride_ge), tl.load(g_ptr + i_e * stride_ge + 1))
             tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_h.to(tl.bfloat16), mask=m_c)
-    else:
-        b_y = tot * tl.load(g_ptr + i_e * stride_ge)
-        if ROUTED:
-            b_y = b_y * tl.load(tw_ptr + o_r, mask=m_r, other=0.0)[:, None]
-        tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_y, mask=m_c)
+        else:
+            b_y = tot * tl.load(g_ptr + i_e * stride_ge)
+            if ROUTED:
+                b_y = b_y * tl.load(tw_ptr + o_r, mask=m_r, other=0.0)[:, None]
+            tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_y, mask=m_c)
 
 
 @triton.jit
-def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, stride_pc, stride_pm, stride_hm,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, E, stride_pc, stride_pm, stride_hm,
+                    DIRECT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Grid (row blocks, cdiv(N, BLOCK_N)): h = ``_silu_mul`` of the chunk partials added in order."""
     i_b = tl.program_id(0)
     i_n = tl.program_id(1)
-    i_e = tl.load(bexp_ptr + i_b).to(tl.int64)
+    i_e, o_r, m_r = _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT, BLOCK_M)
     if i_e < 0:
         return
-    o_r = tl.load(sid_ptr + i_b * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    m_r = o_r < P
-    o_r = tl.where(m_r, o_r, 0)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m = m_r[:, None] & (o_n < N)[None, :]
     p = part_ptr + o_r[:, None] * stride_pm + o_n[None, :]
@@ -177,3 +201,32 @@ def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, s
         tot_up += tl.load(p + c * stride_pc + N, mask=m, other=0.0)
     b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + 2 * i_e), tl.load(g_ptr + 2 * i_e + 1))
     tl.store(h_ptr + o_r[:, None] * stride_hm + o_n[None, :], b_h.to(tl.bfloat16), mask=m)
+
+
+@triton.jit
+def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, N, K_TRUE, N_SG, ROW_WORDS, E,
+                       stride_hm, stride_we, stride_om,
+                       TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Down projection and the k-sum in one, token-major (T = 1, where each pair is a distinct expert):
+    grid (T, cdiv(N, BLOCK_N)); program t adds its pairs' ``y = (h_p W_eᵀ)·g_e·w_p`` in increasing j,
+    each computed as in ``_moe_gemm_kernel`` (row 0 of a block) and summed as ``moe_reduce`` does, so
+    the output is bitwise that of the expert-major path; rounds once to bf16."""
+    i_t = tl.program_id(0).to(tl.int64)
+    i_n = tl.program_id(1)
+    o_m = tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < N
+    b_out = tl.zeros([BLOCK_N], dtype=tl.float32)
+    n_chunks = tl.cdiv(N_SG, CHUNK_SG)
+    for j in tl.static_range(TOP_K):
+        i_p = i_t * TOP_K + j
+        i_e = tl.load(ids_ptr + i_p).to(tl.int64)
+        if (i_e >= 0) & (i_e < E):
+            m_r = o_m == 0
+            o_r = tl.where(m_r, i_p, 0).to(tl.int64)
+            row = i_e * stride_we + o_n.to(tl.int64) * ROW_WORDS
+            tot, _unused = _k_sums(h_ptr, o_r, m_r, stride_hm, K_TRUE, w32_ptr, w8_ptr, row, row, m_n, 0, n_chunks,
+                                   N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N)
+            b_y = tot * tl.load(g_ptr + i_e) * tl.load(tw_ptr + i_p)
+            b_out += tl.sum(tl.where(m_r[:, None], b_y, 0.0), axis=0)
+    tl.store(out_ptr + i_t * stride_om + o_n, round_bf16(b_out).to(tl.bfloat16), mask=m_n)
