@@ -95,6 +95,22 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     st = record.state
     st["resume_command"] = resume_command(config, record.run_id)
     LAST_RESUME_COMMAND[:] = [st["resume_command"]]
+    try:
+        return _prepare(config, progress, root, target, record)
+    except BaseException as err:  # Ctrl-C (or a failure) while preparing, e.g. writing the checkpoint
+        st["status"] = "interrupted" if isinstance(err, KeyboardInterrupt) else "crashed"
+        st["stop_reason"] = (f"{st['status']} while preparing the run ({type(err).__name__}: {err}); "
+                             f"continue with: {st['resume_command']}")
+        st["ended"] = utc_now()
+        record.save()
+        progress.line(None, f"{st['status']}: {st['stop_reason']}")
+        raise
+
+
+def _prepare(config: BuildConfig, progress: Progress, root: Path, target: Any,
+             record: RunRecord) -> tuple[Session, str, dict[str, Any]]:
+    """The worktree, the session and (when the run has none) the cached synthetic checkpoint of an opened record."""
+    st = record.state
     wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
     st["worktree"] = str(wt.path)
     ckpt = Path(st["checkpoint"]) if st.get("checkpoint") else None
@@ -105,16 +121,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     config.gate_workloads = tuple(st["gate"]["workloads"]) if st["gate"].get("workloads") else None
     s.save()
     if ckpt is None:
-        try:
-            s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)
-        except BaseException as err:  # Ctrl-C (or a failure) while writing: the writer removed its partial files
-            st["status"] = "interrupted" if isinstance(err, KeyboardInterrupt) else "crashed"
-            st["stop_reason"] = (f"{st['status']} while writing the checkpoint ({type(err).__name__}: {err}); "
-                                 f"continue with: {st['resume_command']}")
-            st["ended"] = utc_now()
-            s.save()
-            progress.line(None, f"{st['status']}: {st['stop_reason']}")
-            raise
+        s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)  # removes its partial files
         st["checkpoint"] = str(s.checkpoint)
         st["checkpoint_synthetic"] = True
         s.save()
