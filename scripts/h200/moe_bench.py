@@ -79,15 +79,16 @@ def bench(fn) -> float:
 
 def sweep_space(t: int):
     """Candidate bucket configurations for T tokens (the bucket the op would pick is forced)."""
-    if t <= 16:
-        grid = itertools.product([16], [16, 32, 64], [1, 2, 4, 8], [4], [1, 2])
+    if t <= 16:  # block_m, block_n, down_block_n, split_k, num_warps, num_stages
+        grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 2, 4], [2, 4], [2])
     elif t <= 128:
-        grid = itertools.product([16, 32], [32, 64, 128], [1, 2, 4], [4, 8], [2])
+        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2, 4], [4, 8], [2])
     else:
-        grid = itertools.product([64, 128], [64, 128, 256], [1], [4, 8], [2, 3])
+        grid = itertools.product([64, 128], [64, 128], [64, 128], [1], [4, 8], [2, 3])
     b = "s" if t <= 16 else "m" if t <= 128 else "l"
-    for bm, bn, sk, nw, ns in grid:
-        yield {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_split_k": sk, f"{b}_num_warps": nw, f"{b}_num_stages": ns}
+    for bm, bn, dbn, sk, nw, ns in grid:
+        yield {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_down_block_n": dbn, f"{b}_split_k": sk,
+               f"{b}_num_warps": nw, f"{b}_num_stages": ns}
 
 
 def main() -> None:

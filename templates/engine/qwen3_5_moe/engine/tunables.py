@@ -33,7 +33,7 @@ LAUNCH = {
     "moe_gemv_unroll": ("moe", "gemv_unroll"),
     "moe_ops_s_max_t": ("moe_ops", "s_max_t"),
     "moe_ops_m_max_t": ("moe_ops", "m_max_t"),
-    **{f"moe_ops_{b}_{f}": ("moe_ops", f"{b}_{f}") for b in "sml" for f in ("block_m", "block_n", "split_k", "num_warps", "num_stages")},
+    **{f"moe_ops_{b}_{f}": ("moe_ops", f"{b}_{f}") for b in "sml" for f in ("block_m", "block_n", "down_block_n", "split_k", "num_warps", "num_stages")},
 }
 
 #: Tunables for which 0 is a meaningful value (switches the feature off); the rest must be ≥ 1.
@@ -80,7 +80,7 @@ class Tunables:
             family for every T, expert-major, split-K, one-launch align, fixed-order reduce; graph
             padding rows touch no expert); 0 = the ``kernels.moe_nvfp4`` path above.
         moe_ops_s_max_t / moe_ops_m_max_t: T bounds of its small and middle launch buckets;
-            ``moe_ops_{s,m,l}_{block_m,block_n,split_k,num_warps,num_stages}``: each bucket's launch
+            ``moe_ops_{s,m,l}_{block_m,block_n,down_block_n,split_k,num_warps,num_stages}``: each bucket's launch
             configuration (``ops.moe_fused.MoeBucket``); None = the op's defaults.
     """
 
@@ -113,16 +113,19 @@ class Tunables:
     moe_ops_m_max_t: int | None = None
     moe_ops_s_block_m: int | None = None
     moe_ops_s_block_n: int | None = None
+    moe_ops_s_down_block_n: int | None = None
     moe_ops_s_split_k: int | None = None
     moe_ops_s_num_warps: int | None = None
     moe_ops_s_num_stages: int | None = None
     moe_ops_m_block_m: int | None = None
     moe_ops_m_block_n: int | None = None
+    moe_ops_m_down_block_n: int | None = None
     moe_ops_m_split_k: int | None = None
     moe_ops_m_num_warps: int | None = None
     moe_ops_m_num_stages: int | None = None
     moe_ops_l_block_m: int | None = None
     moe_ops_l_block_n: int | None = None
+    moe_ops_l_down_block_n: int | None = None
     moe_ops_l_split_k: int | None = None
     moe_ops_l_num_warps: int | None = None
     moe_ops_l_num_stages: int | None = None

@@ -48,13 +48,14 @@ if HAVE_TRITON:
 class MoeBucket:
     """Launch configuration for one range of T (tokens per call).
 
-    block_m: pairs per row block (≥ 16; 64/128 give wgmma tiles); block_n: output columns per
-    program (both projections); split_k: programs along K of gate_up (1 = no split; K = H is cut
+    block_m: pairs per row block (≥ 16; 64/128 give wgmma tiles); block_n / down_block_n: output
+    columns per program of gate_up (N = I) and of down (N = H); split_k: programs along K of gate_up (1 = no split; K = H is cut
     in whole chunks of 512, so at most 4 at H = 2048); num_warps, num_stages: Triton launch keywords.
     """
 
     block_m: int
     block_n: int
+    down_block_n: int
     split_k: int
     num_warps: int
     num_stages: int
@@ -62,9 +63,9 @@ class MoeBucket:
 
 #: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger), before any H200 sweep.
 DEFAULTS = {
-    "s": MoeBucket(block_m=16, block_n=32, split_k=4, num_warps=4, num_stages=2),
-    "m": MoeBucket(block_m=16, block_n=64, split_k=2, num_warps=4, num_stages=2),
-    "l": MoeBucket(block_m=64, block_n=64, split_k=1, num_warps=8, num_stages=2),
+    "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=4, num_stages=2),
+    "m": MoeBucket(block_m=16, block_n=64, down_block_n=64, split_k=2, num_warps=4, num_stages=2),
+    "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=8, num_stages=2),
 }
 S_MAX_T = 16
 M_MAX_T = 128
@@ -145,17 +146,17 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         )
     if direct:
         out = new_empty((t, hidden), torch.bfloat16, out_dev)
-        _down_token_kernel[(t, triton.cdiv(hidden, cfg.block_n))](
+        _down_token_kernel[(t, triton.cdiv(hidden, cfg.down_block_n))](
             h, w2_32, pk.w2, pk.g2, block_expert, tw, out, hidden, inter, sg2, w2_32.stride(1), n_exp,
-            h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.block_n, **kw,
+            h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.down_block_n, **kw,
         )
         return out
     y = new_empty((n_pairs, hidden), torch.float32, out_dev)
-    _moe_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg.block_n), 1)](
+    _moe_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg.down_block_n), 1)](
         h, w2_32, pk.w2, pk.g2, y, sorted_ids, block_expert, tw,
         n_pairs, hidden, inter, sg2, w2_32.stride(1), n_exp,
         h.stride(0), w2_32.stride(0), 1, y.stride(0), 0,
-        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.block_n, **kw,
+        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.down_block_n, **kw,
     )
     return moe_reduce_triton(y, ids, n_exp, n_valid)
 
