@@ -100,11 +100,11 @@ def causal_conv1d_prefill(
     sequence's row first); weight [C, W]; cu_seqlens int [N+1] (read on the device); slots int [N].
     Returns: y bf16 [T, C]; ``conv_state[slots[i]]`` ← the last W-1 inputs of sequence i.
     Launch keywords (Triton): ``block_t``, ``block_c`` (powers of two), ``num_warps``.
-    Backend: Triton when ``kernels`` picks it for "causal_conv1d_prefill" (CUDA tensors by
+    Backend: Triton when ``kernels`` picks it for "conv1d_prefill" (CUDA tensors by
     default), else ``causal_conv1d_prefill_ref``.
     Raises: ValueError on shape mismatch (naming the argument).
     """
     check_conv_prefill(x, conv_state, weight, cu_seqlens, slots)
-    if kernels._use_triton(x, "causal_conv1d_prefill"):
+    if kernels._use_triton(x, "conv1d_prefill"):
         return causal_conv1d_prefill_triton(x, conv_state, weight, cu_seqlens, slots, **launch)
     return causal_conv1d_prefill_ref(x, conv_state, weight, cu_seqlens, slots)

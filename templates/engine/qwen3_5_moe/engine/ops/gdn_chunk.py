@@ -344,12 +344,12 @@ def gdn_chunk_prefill(
     Launch keywords (Triton, DEFAULTS): ``block_v``/``num_warps`` (output kernel), ``state_block_v``/
     ``state_num_warps``/``state_num_stages`` (the sequential pass: fewer v columns per program, more programs),
     ``prep_num_warps``; ``dot_precision`` ("tf32" on GPUs by default, "ieee" for fp32-exact dots).
-    Backend: Triton when ``kernels`` picks it for this op ("gdn_chunk_prefill"; CUDA tensors by
-    default), else ``gdn_chunk_prefill_ref``.
+    Backend: Triton when ``kernels`` picks it for "gdn_chunk" (its name in ``kernels.REFERENCE_OPS``;
+    CUDA tensors by default), else ``gdn_chunk_prefill_ref``.
     Raises: ValueError on shape/dtype mismatch (naming the argument).
     """
     check_gdn_step_gated(q, k, v, a, b, A_log, dt_bias, state, slots.new_zeros(q.shape[0]))
     _check_varlen("gdn_chunk_prefill", q.shape[0], cu_seqlens, slots)
-    if kernels._use_triton(q, "gdn_chunk_prefill"):
+    if kernels._use_triton(q, "gdn_chunk"):
         return gdn_chunk_prefill_triton(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens, slots, **launch)
     return gdn_chunk_prefill_ref(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens, slots, chunk_size)
