@@ -80,11 +80,11 @@ def bench(fn) -> float:
 def sweep_space(t: int):
     """Candidate bucket configurations for T tokens (the bucket the op would pick is forced)."""
     if t <= 16:  # block_m, block_n, down_block_n, split_k, num_warps, num_stages
-        grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 2, 4], [2, 4], [2])
+        grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 4], [4], [2])
     elif t <= 128:
-        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2, 4], [4, 8], [2])
+        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2], [4], [2])
     else:
-        grid = itertools.product([64, 128], [64, 128], [64, 128], [1], [4, 8], [2, 3])
+        grid = itertools.product([64, 128], [64, 128], [64], [1], [4, 8], [2])
     b = "s" if t <= 16 else "m" if t <= 128 else "l"
     for bm, bn, dbn, sk, nw, ns in grid:
         yield {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_down_block_n": dbn, f"{b}_split_k": sk,
@@ -140,15 +140,21 @@ def main() -> None:
                 row["best_sweep_us"] = round(best[0], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write(rows, sweeps)  # after every T, so a timeout keeps what was measured
     cols = ["tokens", "experts_hit", "mbytes", "old_us", "new_us", "best_sweep_us", "target_us",
             "new_of_4.8TBps", "new_of_bf16_peak", "meets_target", "rel_diff_new_old"]
     print("\n" + " | ".join(cols))
     for r in rows:
         print(" | ".join(str(r.get(c, "")) for c in cols))
+    print(f"\nwrote {write(rows, sweeps)}")
+
+
+def write(rows: list[dict], sweeps: dict) -> Path:
+    """``$OUT/moe_bench.json`` (or ./moe_bench.json) with the rows so far."""
     out = Path(os.environ.get("OUT", ".")) / "moe_bench.json"
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                "rows": rows, "sweep_best": sweeps}, indent=2))
-    print(f"\nwrote {out}")
+    return out
 
 
 if __name__ == "__main__":
