@@ -111,16 +111,37 @@ def write_iteration_page(env: jinja2.Environment, view: RunView, it: IterationVi
     return out
 
 
+def _page_stale(d: Path, i: int) -> bool:
+    """True when ``iter-NNN/report.html`` is missing or older than its own record files, the neighbours' reports
+    (its previous/next links), this module or the templates."""
+    page = d / "report.html"
+    if not page.is_file():
+        return True
+    inputs = [d / "report.json", d / "gate.json", d / "candidate.diff", d / "transcript.json", Path(__file__),
+              *TEMPLATES.glob("*.j2"), *(d.parent / f"iter-{k:03d}" / "report.json" for k in (i - 1, i + 1) if k >= 0)]
+    newest = max((f.stat().st_mtime for f in inputs if f.is_file()), default=0.0)
+    return page.stat().st_mtime < newest
+
+
 def write_html_report(record: RunRecord) -> Path:
     """Write the whole HTML report of ``record`` (run page, iteration pages, plots); return ``summary.html``'s path."""
     env = _env()
     view = run_view(record)
-    plots = {"objective": objective_plot(view, record.path / "objective.png").name}
-    w = workloads_plot(view, record.path / "workloads.png")
-    if w is not None:
-        plots["workloads"] = w.name
+    plots = {"objective": "objective.png"}
+    inputs = [*record.path.glob("iter-[0-9][0-9][0-9]/report.json"), Path(__file__).with_name("report_plots.py")]
+    newest = max((f.stat().st_mtime for f in inputs), default=0.0)
+    obj, wl = record.path / "objective.png", record.path / "workloads.png"
+    if not obj.is_file() or obj.stat().st_mtime < newest:  # plots are redrawn only when a record changed
+        objective_plot(view, obj)
+        if workloads_plot(view, wl) is None:
+            wl.unlink(missing_ok=True)
+    if wl.is_file():
+        plots["workloads"] = wl.name
     for it in view.iterations:
-        write_iteration_page(env, view, it, record.path / it.dirname)
+        d = record.path / it.dirname
+        if not _page_stale(d, it.iteration):
+            continue  # the loop rewrites the report after every iteration: earlier pages are kept as they are
+        write_iteration_page(env, view, it, d)
     page = env.get_template("run.html.j2").render(run=view, plots=plots)
     out = record.path / "summary.html"
     write_text(out, page)
