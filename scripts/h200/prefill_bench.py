@@ -78,7 +78,7 @@ def step_ops(args) -> dict:
     st, cu, sl = d["state"], d["cu"], d["slots"]
     rows = []
     for cfg in ({},) if args.quick else ({}, {"state_block_v": 16}, {"state_block_v": 64}, {"state_num_warps": 4, "state_num_stages": 3},
-                                         {"block_v": 32}, {"block_v": 128, "num_warps": 8}, {"prep_num_warps": 4},
+                                         {"block_v": 64, "num_warps": 8}, {"block_v": 64, "num_warps": 4}, {"prep_num_warps": 4},
                                          {"prep_num_warps": 16}, {"dot_precision": "tf32x3"}, {"dot_precision": "ieee"}):
         try:
             ms = _bench(lambda: gdn.gdn_chunk_prefill(*x, st, cu, sl, **cfg))
@@ -96,7 +96,7 @@ def step_ops(args) -> dict:
     args_a = (a["q"], a["kc"], a["vc"], a["gate"], a["cu"], a["positions"], a["slots"], 256**-0.5)
     flops = 2 * 16 * 256 * t * t  # causal: half of 4·HQ·D·T²
     rows = []
-    for bm, bn, nw, ns in ((64, 32, 8, 2),) if args.quick else ((64, 32, 8, 2), (64, 64, 8, 2), (128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2),
+    for bm, bn, nw, ns in ((64, 64, 8, 2),) if args.quick else ((64, 64, 8, 2), (64, 32, 8, 2), (128, 32, 8, 2), (128, 64, 8, 2), (64, 64, 4, 2),
                            (64, 32, 4, 3), (128, 64, 8, 3), (64, 64, 8, 1)):
         cfg = {"block_m": bm, "block_n": bn, "num_warps": nw, "num_stages": ns}
         try:

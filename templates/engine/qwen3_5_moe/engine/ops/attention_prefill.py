@@ -26,7 +26,7 @@ if HAVE_TRITON:
     from ..kernels._common import INTERPRET, new_empty, round_bf16
 
 #: Launch defaults (tunable through the keywords of ``attention_prefill``); head_dim 256 on an H200.
-DEFAULTS = {"block_m": 64, "block_n": 32, "num_warps": 8, "num_stages": 2}
+DEFAULTS = {"block_m": 64, "block_n": 64, "num_warps": 8, "num_stages": 2}
 LOG2E = 1.4426950408889634
 
 __all__ = ["DEFAULTS", "attention_prefill", "attention_prefill_ref", "attention_prefill_triton"]

@@ -34,7 +34,7 @@ if HAVE_TRITON:
     from ..kernels.gdn import _softplus
 
 #: Launch defaults (tunable through the keywords of ``gdn_chunk_prefill``).
-DEFAULTS = {"block_v": 64, "state_block_v": 32, "num_warps": 4, "state_num_warps": 8, "state_num_stages": 2,
+DEFAULTS = {"block_v": 128, "state_block_v": 32, "num_warps": 8, "state_num_warps": 8, "state_num_stages": 2,
             "prep_num_warps": 8}
 BT = 64  # chunk size of the Triton path (the UT transform is written for 4 blocks of 16)
 
