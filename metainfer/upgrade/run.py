@@ -230,6 +230,7 @@ def _end(s: Session, i: int) -> None:
     st["in_flight"], st["next_iteration"] = None, i + 1
     s.save()
     write_summary(s.record)
+    write_upgrade_report(s.record, s.root)  # the report follows the replay step by step
 
 
 def _replay_iterations(up: dict[str, Any]) -> int:

@@ -3,8 +3,9 @@
 # is upgraded to qwen3.6-35b-a3b (its own synthetic checkpoint): facts diff, render on the new branch,
 # replay of the old branch's accepted iterations, each re-gated at full size, and the upgrade report.
 #
-#   bash scripts/h200/upgrade_full.sh start   # call 1: both checkpoints, then (in its own session)
-#                                             # metainfer build for qwen3.5 and metainfer upgrade to qwen3.6
+#   bash scripts/h200/upgrade_full.sh start   # call 1: starts, in its own session, the qwen3.5 checkpoint,
+#                                             # metainfer build for qwen3.5, the qwen3.6 checkpoint and
+#                                             # metainfer upgrade to qwen3.6
 #   bash scripts/h200/upgrade_full.sh wait    # call 2 (and more, at once: the machine stays warm ~30 s):
 #                                             # wait, then collect
 #
@@ -13,6 +14,8 @@
 # a git bundle, the upgrade's gate JSONs). BUILD_ARGS / UPGRADE_ARGS override the defaults below; the
 # old build needs accepted iterations for the replay to carry anything (the offline agent on the H200
 # found none in 9 min on 2026-11-30: give it time, or BUILD_ARGS with --agent scripted --script ...).
+# Expected time (2026-11-30 figures): checkpoints about 95 s each, the build 6 min plus its last gate,
+# the upgrade's baseline and each carried iteration a full-size gate (2-3 min each): about 20 min in all.
 set -uo pipefail
 START=$(date +%s)
 LIMIT=${CALL_LIMIT_S:-560}
@@ -36,17 +39,18 @@ collect() {
 trap collect EXIT
 
 if [ "$MODE" = start ]; then
-  for m in qwen3.5-35b-a3b qwen3.6-35b-a3b; do   # written one after the other: each peaks at a shard plus a layer
-    [ -f "/tmp/ck-$m/model.safetensors.index.json" ] || metainfer checkpoint --model "$m" --quant nvfp4 \
-      --out "/tmp/ck-$m" --seed 0 --force > "$RES/checkpoint-$m.log" 2>&1 || { tail -5 "$RES/checkpoint-$m.log"; exit 1; }
-  done
   git init -q 2>/dev/null
   git add -A && git -c user.name=metainfer -c user.email=dev@metainfer.local commit -qm "device copy of $(cat .device_commit 2>/dev/null || echo unknown)"
   git config user.name metainfer; git config user.email dev@metainfer.local
-  # setsid: build then upgrade keep running after this call returns (until the machine goes back)
-  setsid nohup bash -c "metainfer build --model qwen3.5-35b-a3b --quant nvfp4 --gpu h200 --checkpoint /tmp/ck-qwen3.5-35b-a3b \
-      ${BUILD_ARGS:---agent offline --iterations 3 --rounds 3 --time-limit 12}; \
-    metainfer upgrade --target $OLD --to qwen3.6-35b-a3b --checkpoint /tmp/ck-qwen3.6-35b-a3b \
+  # one chain in its own session (setsid), so it outlives this call while the machine stays warm; the
+  # qwen3.5 checkpoint is removed before the qwen3.6 one is written (each is about 25 GB, the disk 64 GB)
+  setsid nohup bash -c "set -x
+    metainfer checkpoint --model qwen3.5-35b-a3b --quant nvfp4 --out /tmp/ck-old --seed 0 --force
+    metainfer build --model qwen3.5-35b-a3b --quant nvfp4 --gpu h200 --checkpoint /tmp/ck-old \
+      ${BUILD_ARGS:---agent offline --iterations 3 --rounds 3 --time-limit 6}
+    rm -rf /tmp/ck-old
+    metainfer checkpoint --model qwen3.6-35b-a3b --quant nvfp4 --out /tmp/ck-new --seed 0 --force
+    metainfer upgrade --target $OLD --to qwen3.6-35b-a3b --checkpoint /tmp/ck-new \
       ${UPGRADE_ARGS:---rounds 3 --repair-attempts 1}" > /tmp/upgrade.log 2>&1 < /dev/null &
   echo $! > /tmp/upgrade.pid
 fi
