@@ -7,14 +7,15 @@ Steps (``--steps``, comma list, in this order; each writes ``<out>/prefill_<step
     Triton prefill it replaces, and ``dot_precision="ieee"``;
   - ``attention_prefill`` (one 16,384-token causal sequence, 16 q / 2 kv heads, head_dim 256) over
     a block/warp/stage sweep, as TFLOP/s (causal: 2·HQ·D·T² FLOPs) and % of 790 TFLOP/s, beside
-    torch SDPA (is_causal, GQA);
+    torch SDPA (is_causal, kv heads repeated);
   - ``conv1d_prefill`` (8,192 tokens × 8,192 channels) beside the serial kernel, as GB/s.
   Needs no checkpoint (the template's ops, random inputs).
 - ``checkpoint``: the synthetic full-size NVFP4 checkpoint into ``--ckpt`` (as full_run.py; skipped
   when present). Writing it takes minutes: give it its own device call if needed.
 - ``ttft``: the rendered engine on ``--ckpt``: TTFT (``generate``, max_tokens 1, median of
-  ``--rounds`` after a warm-up) at 256 / 2,048 / 8,192 tokens with the prefill ops on and off
-  (tunables ``*_prefill_ops`` 1 / 0, swapped on the loaded engine), kernels and memcpys of one
+  ``--rounds`` after a warm-up) at 256 / 2,048 / 8,192 tokens with the prefill ops on ("ops"; prompts
+  in pieces of ``prefill_chunk_tokens``), on with each prompt in one forward ("ops-1fw") and off
+  ("torch"; tunables ``*_prefill_ops`` 1 / 0, swapped on the loaded engine), kernels and memcpys of one
   256-token prefill forward (torch.profiler), and whether that forward is free of host syncs
   (``torch.cuda.set_sync_debug_mode("error")``).
 
@@ -105,9 +106,10 @@ def step_ops(args) -> dict:
         except Exception as err:
             rows.append({"config": cfg, "error": f"{type(err).__name__}: {err}"[:300]})
     q4 = a["q"].transpose(0, 1)[None]
-    k4, v4 = a["kc"][0].transpose(0, 1)[None], a["vc"][0].transpose(0, 1)[None]
+    # kv heads repeated so that torch can take its flash backend (it has no GQA there)
+    k4, v4 = (c[0].transpose(0, 1)[None].repeat_interleave(8, dim=1) for c in (a["kc"], a["vc"]))
     try:
-        sdpa = _bench(lambda: torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True))
+        sdpa = _bench(lambda: torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=True))
     except RuntimeError as err:
         sdpa = f"{err}"[:200]
     out["attention_prefill"] = {"tokens": t, "flops": flops, "configs": rows, "sdpa_causal_ms": sdpa}
@@ -187,9 +189,11 @@ def step_ttft(args) -> dict:
     on = {k: 1 for k in OPS_OFF}
     gen_t = torch.Generator().manual_seed(args.seed)
     out: dict = {"lengths": lengths, "prefill_chunk_tokens": engine.tunables.prefill_chunk_tokens, "rows": []}
-    for label, values in (("ops", on), ("torch", OPS_OFF)):
+    one_pass = {**on, "prefill_chunk_tokens": max(lengths)}  # the whole prompt in one forward
+    for label, values in (("ops", on), ("ops-1fw", one_pass), ("torch", OPS_OFF)):
         _set_tunables(engine, **values)
-        row = {"path": label, **(_count_kernels(engine, mod, 256) if args.device == "cuda" else {})}
+        counts = _count_kernels(engine, mod, 256) if args.device == "cuda" and label != "ops-1fw" else {}
+        row = {"path": label, **counts}
         for n in lengths:
             prompt = torch.randint(0, 1000, (n,), generator=gen_t).tolist()
             params = mod.SamplingParams(max_tokens=1, ignore_eos=True)
@@ -229,7 +233,7 @@ def _table(name: str, res: dict) -> str:
     elif name == "ttft" and res.get("ok"):
         for r in res["rows"]:
             ttft = "  ".join(f"{n}: {r[f'ttft_ms_{n}']:.1f} ms ({r[f'prompt_tok_s_{n}']:,.0f} tok/s)" for n in res["lengths"])
-            lines.append(f"{r['path']:>6}: {ttft}  | 256-tok forward: {r.get('kernels')} kernels, "
+            lines.append(f"{r['path']:>7}: {ttft}  | 256-tok forward: {r.get('kernels')} kernels, "
                          f"{r.get('memcpy_memset')} memcpy/memset, sync-free {r.get('sync_free')}")
     else:
         lines.append(json.dumps({k: v for k, v in res.items() if k != "traceback"}, default=str)[:1500])
