@@ -3,8 +3,9 @@
 - Each op against its reference at Qwen3.6-35B-A3B's shapes (GDN HK 16, HV 32, 128 dims; attention
   16 q / 2 kv heads, head_dim 256; conv1d 8192 channels), lengths 1, 63, 64, 65, 1000 in one batch,
   continuing sequences. The GDN kernel's fp32 dots run on tf32 tensor cores by default (10-bit
-  mantissa, 2^-11 relative per input): its tolerance is 1e-2 there and TOL_BF16 / 1e-4 with
-  ``dot_precision="ieee"``.
+  mantissa, 2^-11 relative per input; a torch emulation of the kernel's tf32 dots over 1,000 tokens
+  differed from fp32 by 4.4e-4 in o and 4.0e-4 in the state): output within TOL_BF16, state within
+  3e-3 there, 1e-4 with ``dot_precision="ieee"``.
 - No host sync: ``torch.cuda.set_sync_debug_mode("error")`` around the ops and around a whole
   prefill forward of the tiny NVFP4 engine (batch built before; the MoE must be sync-free too).
 - Launch count of a 256-token prefill forward (torch.profiler): the prefill ops issue exactly
@@ -34,7 +35,7 @@ LENS = [1, 63, 64, 65, 1000]
 PREFILL_KERNELS = ("_gdn_prep_kernel", "_gdn_state_kernel", "_gdn_output_kernel", "_conv1d_prefill_kernel", "_attn_prefill_kernel")
 
 
-@pytest.mark.parametrize("precision,tol_o,tol_s", [(None, 1e-2, 1e-2), ("ieee", TOL_BF16, 1e-4)])
+@pytest.mark.parametrize("precision,tol_o,tol_s", [(None, TOL_BF16, 3e-3), ("ieee", TOL_BF16, 1e-4)])
 def test_gdn_chunk_real_shapes(precision, tol_o, tol_s):
     op = load_op("gdn_chunk")
     d = gdn_inputs(LENS, 16, 32, 128, 128, seed=11, device="cuda")
