@@ -10,11 +10,13 @@ flash-linear-attention's ``chunk_gated_delta_rule`` uses): with gc the in-chunk 
 ``S ← exp(gc_last) S + (exp(gc_last − gc) k)ᵀ v'``.
 
 Kernels (all read cu_seqlens on the device: no host sync, graph-capturable):
-1. ``_gdn_prep_kernel`` (chunk, v head): gates, cumsum, A in 16×16 blocks, X by forward substitution on
-   the diagonal blocks and block merging, u, w → fp32 scratch.
+1. ``_gdn_prep_kernel`` (chunk, v head): gates, cumsum, A in 16×16 blocks (from raw bf16 k, its
+   L2 norm and β as row scales), X by forward substitution on the diagonal blocks and block
+   merging (fp32 "ieee" dots), u, w → fp32 scratch.
 2. ``_gdn_state_kernel`` (v block, v head, sequence): the sequential pass over a sequence's chunks;
    writes S at each chunk start (fp32 scratch) and v'.
 3. ``_gdn_output_kernel`` (chunk, v head, v block): o, rounded to bf16.
+The other dots take fp32 tiles at ``dot_precision`` (tf32 tensor cores by default on GPUs).
 Reference: ``gdn_chunk_prefill_ref`` (torch: gates, then ``kernels.reference_prefill.gdn_chunk_prefill_ref``).
 """
 
@@ -54,7 +56,7 @@ def gdn_chunk_prefill_ref(
 
 # ---------------------------------------------------------------- kernels
 @triton.jit
-def _load_unit(p, o_r, m_r, stride_t, o_d, m_d, SCALE: tl.constexpr):
+def _load_unit(p, o_r, m_r, stride_t, o_d, m_d, SCALE):
     """Rows o_r of a [T, D] head slice (bf16) → fp32, each row L2-normalised (× SCALE)."""
     b_x = tl.load(p + o_r[:, None] * stride_t + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0).to(tl.float32)
     return b_x * (tl.rsqrt(tl.sum(b_x * b_x, axis=1) + 1e-6) * SCALE)[:, None]
