@@ -4,7 +4,8 @@ Method (docs/BENCHMARKS.md): start one worker per engine (``harness.worker``: pr
 identically shaped paths, so neither can tell its role), load both, warm each on every selected
 workload, then run ``rounds`` rounds; in each round every workload is measured on both engines
 back to back with the same prompts, the order alternating from round to round (AB, BA, AB, ...)
-so slow drift charges both alike. Prompts are drawn in the judge from the seed mixed with a
+so slow drift charges both alike; the idle engine's worker is paused (SIGSTOP) while the other is
+timed, so nothing it left running can steal time from it. Prompts are drawn in the judge from the seed mixed with a
 secret nonce and sent after ``load`` returned. The clock runs in the judge: it starts before a
 request is sent and stops when the outputs arrived as Python ints. Every output is then checked
 in full against the baseline's (``harness.bench_outputs``). Each figure states its roofline
@@ -21,6 +22,7 @@ from harness import roofline, stats
 from harness.bench_outputs import check_outputs
 from harness.nonce import prompt_seed
 from harness.worker import EngineError, Worker, WorkerLimits
+from harness.worker_procs import paused
 from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, Runner, Shapes, Workload, WorkerRunner, measure, parse_workloads
 from metainfer.targets import GpuProfile, get_quant
 
@@ -179,19 +181,23 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     return res
 
 
-def _ab_rounds(runners: list[Runner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
+def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
     """Warm every runner, then the alternating rounds; ``{runner: {workload: [one sample per round]}}``."""
+    def timed(runner: WorkerRunner, w: Workload, seed: int) -> float:
+        with paused([r.worker for r in runners if r is not runner]):  # the idle engine cannot steal time
+            return measure(w, runner, config.shapes, seed)
+
     for runner in runners:
         for i in range(config.warmup):
             for w in workloads:
-                measure(w, runner, config.shapes, seed=-1 - i)
+                timed(runner, w, -1 - i)
     samples: dict[str, dict[str, list[float]]] = {r.name: {w.name: [] for w in workloads} for r in runners}
     for rnd in range(config.rounds):
         order = runners if rnd % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
         for wi, w in enumerate(workloads):
             seed = config.prompt_seed * 1000 + 10 * rnd + wi  # same prompts for both engines of this round
             for runner in order:
-                samples[runner.name][w.name].append(measure(w, runner, config.shapes, seed))
+                samples[runner.name][w.name].append(timed(runner, w, seed))
     return samples
 
 

@@ -25,14 +25,22 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_commit(path: str | Path) -> str | None:
-    """The commit checked out where ``path`` lives, with ``+dirty`` when files under ``path`` differ from it; None outside git."""
+    """The commit checked out where ``path`` lives; when files under ``path`` differ from it (the build loop
+    gates a candidate before committing it), ``<sha>+diff:<12 hex>``, a digest of ``git diff HEAD`` and the
+    untracked files' names under ``path``, so two gates of the same edit name the same state. None outside git."""
     path = Path(path).resolve()
     cwd = path if path.is_dir() else path.parent
     sha = _run(["git", "rev-parse", "HEAD"], cwd=cwd)
     if sha is None:
         return None
     dirty = _run(["git", "status", "--porcelain", "--", "."], cwd=cwd)
-    return f"{sha}+dirty" if dirty else sha
+    if not dirty:
+        return sha
+    import hashlib
+
+    diff = _run(["git", "diff", "HEAD", "--", "."], cwd=cwd) or ""
+    untracked = _run(["git", "ls-files", "--others", "--exclude-standard", "--", "."], cwd=cwd) or ""
+    return f"{sha}+diff:{hashlib.sha256((diff + chr(0) + untracked).encode()).hexdigest()[:12]}"
 
 
 def env_info(engine_dir: str | Path | None = None) -> dict[str, str | None]:

@@ -203,11 +203,10 @@ class _Integrity:
 def run_gate(args: GateArgs) -> GateResult:
     """Run the selected stages in order, stopping at the first red one; return the result (also written to ``args.json_out``)."""
     from harness import worker_isolation
-    from harness.gate_stages import STAGE_RUNNERS, StageContext, StageOutcome
+    from harness.gate_stages import close_shared, start_shared
     from harness.nonce import fresh_nonce, stage_nonce
-    from harness.worker import WorkerFailure
 
-    isolation = args.isolation or worker_isolation.detect()
+    isolation = args.isolation or worker_isolation.detect(cuda=args.device == "cuda")
     limits = _limits(args)
     gate_nonce = args.prompt_nonce if args.prompt_nonce is not None else fresh_nonce()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -220,19 +219,44 @@ def run_gate(args: GateArgs) -> GateResult:
         "limits": asdict(limits)})
     integrity = _Integrity(args.checkpoint, isolation)
     result.meta["checkpoint_digest"] = integrity.checkpoint_digest
-    ok = True
+    shared = start_shared(args, limits, isolation, stage_nonce(gate_nonce, "parity"))
+    try:
+        ok = _run_stages(args, result, integrity, limits, isolation, gate_nonce, shared)
+    finally:
+        close_shared(shared)
+    result.nonces["gate"] = gate_nonce
+    result.timings["integrity_s"] = round(integrity.seconds, 3)
+    result.meta["integrity"] = {"outside_changes": integrity.outside_changes,
+                                "note": "files of the judge changed by someone outside the gate (workers cannot write them)"
+                                if integrity.outside_changes else None}
+    result.ok, result.complete, result.running = ok, True, None
+    result.meta["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_json(args.json_out, result.to_json())
+    return result
+
+
+def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limits, isolation: str, gate_nonce: int,
+                shared: dict) -> bool:
+    """Run the stages into ``result`` (JSON rewritten before each); True when all are green."""
+    from harness.gate_stages import STAGE_RUNNERS, StageContext, StageOutcome
+    from harness.nonce import stage_nonce
+    from harness.worker import STARTS, WorkerFailure
+
+    STARTS.clear()
     for name in args.stages:
         result.running = name
         write_json(args.json_out, result.to_json())
         nonce = stage_nonce(gate_nonce, name)
         t0 = time.perf_counter()
         try:
-            out = STAGE_RUNNERS[name](StageContext(args, limits, isolation, nonce))
+            out = STAGE_RUNNERS[name](StageContext(args, limits, isolation, nonce, shared))
         except WorkerFailure as err:  # a worker overran its limit or died; it has been killed
             out = StageOutcome(err.verdict, str(err), {"stderr_tail": err.stderr_tail})
         except Exception as err:  # an engine broke a rule the judge checks (BenchError), or raised where it may not
             out = StageOutcome("fail", f"{type(err).__name__}: {err}", {"traceback": traceback.format_exc(limit=-6)})
         seconds = time.perf_counter() - t0
+        result.timings.setdefault("worker_start_s", {})[name] = [s for _, s in STARTS]
+        STARTS.clear()
         if out.block is not None:
             setattr(result, name, out.block)
         changed = integrity.changes()
@@ -246,17 +270,8 @@ def run_gate(args: GateArgs) -> GateResult:
             result.nonces[name] = nonce
         result.stages.append(StageResult(name, out.verdict == "pass", out.verdict, seconds, out.error, out.detail))
         if out.verdict != "pass":
-            ok = False
-            break
-    result.nonces["gate"] = gate_nonce
-    result.timings["integrity_s"] = round(integrity.seconds, 3)
-    result.meta["integrity"] = {"outside_changes": integrity.outside_changes,
-                                "note": "files of the judge changed by someone outside the gate (workers cannot write them)"
-                                if integrity.outside_changes else None}
-    result.ok, result.complete, result.running = ok, True, None
-    result.meta["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    write_json(args.json_out, result.to_json())
-    return result
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

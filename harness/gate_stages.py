@@ -23,6 +23,9 @@ class StageContext:
     limits: WorkerLimits
     isolation: str
     nonce: int
+    #: workers carried between stages: ``reference`` (a ReferenceCache started at the gate's start, so its imports
+    #: overlap the static stage) and ``engine_worker`` (the static stage's worker, reused by parity once static is green)
+    shared: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -39,11 +42,19 @@ class StageOutcome:
 def stage_static(ctx: StageContext) -> StageOutcome:
     """Layout, source rules, sizes, tunables and the audited import (``harness.static_checks``), in a worker."""
     a = ctx.args
-    with Worker("static", engine_dir=a.engine, limits=ctx.limits, isolation=ctx.isolation, keep_links=True) as w:
+    w = Worker("static", engine_dir=a.engine, limits=ctx.limits, isolation=ctx.isolation, keep_links=True)
+    keep = False
+    try:
         try:
             res = w.call("static", timeout=ctx.limits.static_s, engine_dir=str(w.engine_dir), checkpoint=str(a.checkpoint))
         except EngineError as err:
             return StageOutcome("fail", f"the static checks raised {err}", {"traceback": err.traceback})
+        keep = bool(res["ok"]) and "parity" in a.stages  # green: the same copy and process serve parity next
+        if keep:
+            ctx.shared["engine_worker"] = w
+    finally:
+        if not keep:
+            w.close()
     return StageOutcome("pass" if res["ok"] else "fail", res["error"], res["detail"])
 
 
@@ -54,11 +65,15 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     a = ctx.args
     quick = {k: v for k, v in (("lengths", a.parity_lengths), ("steps", a.parity_steps)) if v is not None}
     res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
-                     isolation=ctx.isolation, **quick)
+                     isolation=ctx.isolation, reference=ctx.shared.get("reference"),
+                     engine_worker=ctx.shared.pop("engine_worker", None), **quick)
+    if ctx.shared.get("reference") is not None:
+        ctx.shared.pop("reference").close()
     data = res.to_json()
     error = None
     if not res.ok:
-        failures = [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
+        failures = list(res.update_failures)
+        failures += [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
         error = res.error or (f"prefill max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, decode "
                               f"max_decode_rel_err {data.get('max_decode_rel_err')} vs tolerance {data.get('decode_tolerance')}, "
                               f"worst prompt {data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
@@ -82,6 +97,30 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
 STAGE_RUNNERS: dict[str, Callable[[StageContext], StageOutcome]] = {
     "static": stage_static, "parity": stage_parity, "bench": stage_bench,
 }
+
+
+def start_shared(ctx_args: Any, limits: WorkerLimits, isolation: str, parity_nonce: int) -> dict:
+    """Workers to start at the gate's start: the reference (no engine code in it) when parity will run, so its
+    imports overlap the static stage. A checkpoint that does not validate starts nothing (parity reports it)."""
+    shared: dict = {}
+    if "parity" in ctx_args.stages:
+        from harness.reference_cache import ReferenceCache
+        from metainfer.errors import MetainferError
+
+        try:
+            shared["reference"] = ReferenceCache(ctx_args.checkpoint, device=ctx_args.device, nonce=parity_nonce,
+                                                 limits=limits, isolation=isolation)
+            shared["reference"].start()
+        except (MetainferError, OSError, ValueError):
+            shared.pop("reference", None)
+    return shared
+
+
+def close_shared(shared: dict) -> None:
+    """Stop whatever ``start_shared`` or a stage left in ``shared``."""
+    for item in list(shared.values()):
+        item.close()
+    shared.clear()
 
 
 def engine_copies_loaded(modules: dict[str, Any], roots: list[Path]) -> list[str]:

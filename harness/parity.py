@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, rel_l2, trivial_reason,
+    first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, pooled_update_errors, rel_l2, trivial_reason,
 )
 from harness.nonce import prompt_seed
 from harness.parity_result import ParityResult, PromptFigures, format_table
-from harness.prompts import DECODE_STEPS, LENGTHS, Prompt, fresh_seed, make_prompts
+from harness.prompts import Prompt, default_lengths, default_steps, fresh_seed, make_prompts
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache, default_reference_dtype
 from harness.tolerances import Tolerance, get_tolerance
@@ -105,46 +105,54 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
 
 
-def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun, tol: Tolerance) -> None:
+def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun,
+                  tol: Tolerance) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Per-layer hidden states of prompt + continuation against the reference's: record every layer's error
-    and fail on the first layer over its tolerance (``tol.hidden(i)``)."""
+    and fail on the first layer over its tolerance (``tol.hidden(i)``). Returns (engine, reference) hidden
+    states [L + 1, T, H] for the pooled update check, None when the engine gave none of the right shape."""
     tokens = ref.prompt + ref.continuation
     res = engine.prefill([tokens], return_hidden=True)
     engine.release(res["slots"])
     if not res["hidden"]:
         fig.failures.append("engine returned no hidden states for return_hidden=True")
-        return
+        return None
     r = reference.hidden(tokens)
     e = res["hidden"][0].float()
     if tuple(e.shape) != tuple(r.shape):
         fig.failures.append(f"hidden states of shape {tuple(e.shape)}, expected {tuple(r.shape)} ([L + 1, T, H])")
-        return
+        return None
     fig.layer_errors = layer_errors(e, r)
     limits = [tol.hidden(i) for i in range(len(fig.layer_errors))]
     bad = first_bad_layer(fig.layer_errors, limits)
     if bad is not None:
         fig.worst_layer = layer_name(bad)
         fig.failures.append(f"hidden state after {layer_name(bad)} rel err {fig.layer_errors[bad]:.3g} > {limits[bad]:.3g}")
+    return e, r
 
 
 def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
-              tol: Tolerance) -> list[PromptFigures]:
+              tol: Tolerance) -> tuple[list[PromptFigures], list[float] | None]:
+    """Every check on every prompt; returns the entries and the pooled per-layer update errors (None without hidden states)."""
     alone = [_teacher_forced(engine, [r])[0] for r in refs]
     alone_greedy = [_greedy(engine, [r])[0] for r in refs]
     batched = _teacher_forced(engine, refs)
     batched_greedy = _greedy(engine, refs)
     figs: list[PromptFigures] = []
+    hidden: list[tuple[torch.Tensor, torch.Tensor]] = []
     for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
         _judge(fa, ea, ref, ga, tol, eb)
-        _hidden_check(engine, reference, fa, ref, tol)
+        pair = _hidden_check(engine, reference, fa, ref, tol)
+        if pair is not None:
+            hidden.append(pair)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
         _judge(fb, eb, ref, gb, tol, ea)
         fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() and ea.shape == eb.shape else float("nan")
         if not fb.batch_rel_err <= tol.batch:
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
         figs += [fa, fb]
-    return figs
+    pooled = pooled_update_errors([e for e, _ in hidden], [r for _, r in hidden]) if hidden else None
+    return figs, pooled
 
 
 def _worst(errs: list[float]) -> float:
@@ -164,13 +172,14 @@ def run_parity(
     seed: int | None = None,
     device: str = "cpu",
     reference_dtype: str | None = None,
-    lengths: tuple[int, ...] = LENGTHS,
-    steps: int = DECODE_STEPS,
+    lengths: tuple[int, ...] | None = None,
+    steps: int | None = None,
     reference_device: str | None = None,
     reference: ReferenceCache | None = None,
     prompt_nonce: int | None = None,
     limits: WorkerLimits | None = None,
     isolation: str | None = None,
+    engine_worker: Worker | None = None,
 ) -> ParityResult:
     """Run the parity stage of the engine in ``engine_dir`` on the checkpoint in ``checkpoint_dir``.
 
@@ -178,13 +187,16 @@ def run_parity(
         seed: prompt seed; None draws a fresh one (recorded in the result).
         device: ``cpu`` or ``cuda[:N]``; engine and reference both run there.
         reference_dtype: ``float32`` / ``bfloat16``; None: see :func:`default_reference_dtype`.
-        lengths, steps: prompt lengths and teacher-forced decode steps (defaults: docs/PARITY.md).
+        lengths, steps: prompt lengths and teacher-forced decode steps; None: ``default_lengths(device)`` /
+            ``default_steps(device)`` (docs/PARITY.md).
         reference_device: where the reference runs if not on ``device``.
         reference: a ``ReferenceCache`` to reuse across engines (its nonce, device and dtype win);
             None: one is made for this run and closed at its end.
         prompt_nonce: mixed into the prompt seed (``prompt_seed``); None: the cache's nonce, a fresh
             secret one when no cache is given. Recorded in the result, so a run can be reproduced.
         limits, isolation: worker call limits and isolation level (``harness.worker``).
+        engine_worker: a started ``engine`` worker holding a copy of ``engine_dir`` to use (the gate passes
+            its static stage's worker); None: one is started. Either way it is closed at the end.
     Returns:
         ``ParityResult``; an engine that raises, overruns a limit (``verdict == "timeout"``) or dies
         (``"crashed"``) makes a failed result, not an exception.
@@ -197,6 +209,8 @@ def run_parity(
     """
     start = time.perf_counter()
     seed = fresh_seed() if seed is None else seed
+    lengths = default_lengths(device) if lengths is None else tuple(lengths)
+    steps = default_steps(device) if steps is None else steps
     checkpoint_dir = Path(checkpoint_dir).resolve()
     if not (Path(engine_dir) / "engine" / "__init__.py").is_file():
         raise EngineDirError(f"no engine package at {Path(engine_dir) / 'engine'}; render one with `metainfer render`")
@@ -213,7 +227,8 @@ def run_parity(
     deadline = time.monotonic() + limits.stage_s
     engine_dtype, figs, error, verdict = "unknown", [], None, "fail"
     reference.start()
-    worker = Worker("engine", engine_dir=engine_dir, limits=limits, isolation=isolation)
+    worker = engine_worker or Worker("engine", engine_dir=engine_dir, limits=limits, isolation=isolation)
+    pooled: list[float] | None = None
     try:
         worker.stage_deadline = deadline
         refs = [reference.run(p.tokens, steps) for p in prompts]
@@ -223,7 +238,7 @@ def run_parity(
                                max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
             engine_dtype = str(info.get("dtype"))
             tol = get_tolerance(engine_dtype, reference.dtype)
-            figs = _evaluate(_Engine(worker), reference, prompts, refs, tol)
+            figs, pooled = _evaluate(_Engine(worker), reference, prompts, refs, tol)
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict
         except (EngineError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as err:
@@ -237,7 +252,9 @@ def run_parity(
     tol = get_tolerance(engine_dtype, reference.dtype) if engine_dtype != "unknown" else get_tolerance("bfloat16", reference.dtype)
     worst = max(figs, key=lambda f: _score(f, tol), default=None)
     worst_fail = max((f for f in figs if f.failures), key=lambda f: _score(f, tol), default=None)
-    ok = error is None and bool(figs) and all(f.ok for f in figs)
+    update_failures = [f"pooled update of layers.{l} rel err {x:.3g} > {tol.update(l):.3g}"
+                       for l, x in enumerate(pooled or []) if not x <= tol.update(l)]
+    ok = error is None and bool(figs) and all(f.ok for f in figs) and pooled is not None and not update_failures
     return ParityResult(
         ok=ok,
         max_rel_err=_worst([f.prompt_rel_err for f in figs]),
@@ -245,9 +262,11 @@ def run_parity(
         max_decode_rel_err=_worst([f.decode_rel_err for f in figs]),
         decode_tolerance=tol.logits_decode,
         worst_prompt=(worst_fail or worst).name if (worst_fail or worst) else None,
-        worst_layer=next((f.worst_layer for f in ([worst_fail] if worst_fail else []) + figs if f.worst_layer), None),
+        worst_layer=next((f.worst_layer for f in ([worst_fail] if worst_fail else []) + figs if f.worst_layer),
+                         update_failures[0].split()[3] if update_failures else None),
         prompts=figs, seed=seed, reference_dtype=reference.dtype, engine_dtype=engine_dtype,
         tolerances=tol.as_dict(), decode_steps=steps, device=str(device),
         seconds=time.perf_counter() - start, error=error, verdict="pass" if ok else verdict, prompt_nonce=nonce,
         max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
+        update_errors=pooled, update_failures=update_failures,
     )

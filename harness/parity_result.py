@@ -72,6 +72,9 @@ class ParityResult:
         prompt_nonce: the nonce mixed into ``seed`` to draw the prompts (``harness.parity.prompt_seed``);
             passing seed and nonce again reproduces the prompts.
         max_hidden_rel_err: the largest per-layer hidden-state relative L2 error over all prompts.
+        update_errors: per layer [L], the residual update ``h[l+1] − h[l]`` error pooled over every prompt
+            (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
+        update_failures: the layers whose pooled update error is over its tolerance (a red result).
     """
 
     ok: bool
@@ -93,6 +96,8 @@ class ParityResult:
     verdict: str = "fail"
     prompt_nonce: int | None = None
     max_hidden_rel_err: float | None = None
+    update_errors: list[float] | None = None
+    update_failures: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -130,6 +135,8 @@ def format_table(result: ParityResult) -> str:
         f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed} nonce {result.prompt_nonce}, "
         f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
     )
+    for f in result.update_failures:
+        lines.append(f"FAIL: {f}")
     if result.error:
         lines.append(f"engine error: {result.error}")
     return "\n".join(lines)

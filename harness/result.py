@@ -75,7 +75,8 @@ class GateResult:
             and ``gate``, the one ``--prompt-nonce`` takes), each written once its stage is over.
         env: the environment line (GPU, driver, torch, triton, commit).
         isolation: how workers were walled off (``namespace`` or ``process``, ``harness.worker_isolation``).
-        timings: seconds spent by the judge outside the stages' own work (``integrity_s``: fingerprints).
+        timings: seconds of the gate's own machinery: ``integrity_s`` (fingerprints before and after the stages),
+            ``worker_start_s`` (per stage, each worker's start-up from spawn to imports done: the isolation's cost).
         running: the stage in progress while the gate runs, else None.
         meta: every other key of the record (engine, baseline, checkpoint, started, harness_digest, ...).
     """
@@ -88,7 +89,7 @@ class GateResult:
     seed: int | None = None
     env: dict[str, Any] = field(default_factory=dict)
     isolation: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
     nonces: dict[str, int] = field(default_factory=dict)
     running: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)

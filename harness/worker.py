@@ -100,6 +100,8 @@ class EngineError(RuntimeError):
 
 
 _SESSION: dict[str, Path] = {}
+#: ``(kind, seconds)`` of every worker start-up in this process: spawn to imports done (the isolation's cost).
+STARTS: list[tuple[str, float]] = []
 
 
 def session_dir() -> Path:
@@ -135,13 +137,16 @@ class Worker:
                  isolation: str | None = None, parent: Path | None = None, keep_links: bool = False) -> None:
         self.kind = kind
         self.limits = limits or WorkerLimits()
-        self.isolation = isolation or worker_isolation.detect()
+        self.isolation = isolation or worker_isolation.detect(cuda=_has_cuda())
         self.root = Path(tempfile.mkdtemp(prefix="mi-", dir=parent or session_dir())).resolve()
         self.proc: subprocess.Popen | None = None
         self._wfd = self._rfd = -1
         self.calls = 0
         self._hello: float | None = None
         self._limit_s = 0.0
+        self._spawned_at = 0.0
+        #: seconds from spawn until the worker's imports were done (None until it answered)
+        self.start_s: float | None = None
         #: absolute ``time.monotonic()`` by which the current stage must be done; caps every call's limit
         self.stage_deadline: float | None = None
         try:
@@ -164,7 +169,8 @@ class Worker:
         w = str(self.work)
         env |= {"HOME": w, "TMPDIR": f"{w}/tmp", "TRITON_CACHE_DIR": f"{w}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{w}/inductor",
                 "XDG_CACHE_HOME": f"{w}/cache", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{w}/pycache",
-                "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
+                "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
+                "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
         return env
 
     def _start(self) -> None:
@@ -172,6 +178,7 @@ class Worker:
         from_child_r, from_child_w = os.pipe()
         argv = [sys.executable, "-B", "-X", f"pycache_prefix={self.work}/pycache", "-m", "harness.worker_main",
                 str(to_child_r), str(from_child_w)]
+        self._spawned_at = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(worker_isolation.wrap(argv, self.work, self.isolation), cwd=self.work,
                                          env=self._env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -187,7 +194,11 @@ class Worker:
         """Wait for the worker's start-up (imports) to finish; the first call does this by itself."""
         if self._hello is not None:
             deadline, self._hello = self._hello, None
-            self.receive("start", deadline)
+            info = self.receive("start", deadline)
+            ready_at = info.get("ready_at") if isinstance(info, dict) else None
+            if isinstance(ready_at, (int, float)):
+                self.start_s = max(0.0, float(ready_at) - self._spawned_at)
+                STARTS.append((self.kind, round(self.start_s, 3)))
 
     def tail(self, lines: int = 20, max_bytes: int = 8192) -> str:
         """The last ``lines`` lines of what the worker printed ('' when nothing)."""
@@ -253,10 +264,17 @@ class Worker:
         """SIGKILL the worker's process group (with it, at ``namespace`` isolation, its PID namespace) and reap it."""
         if self.proc is None:
             return
+        from harness.worker_procs import members, signal_all
+
+        try:
+            pids = members(self.proc.pid, self.isolation)
+        except OSError:
+            pids = []
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        signal_all(pids, signal.SIGKILL)  # and whatever left the group
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -280,6 +298,12 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _die_with_parent() -> None:

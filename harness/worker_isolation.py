@@ -52,9 +52,13 @@ def wrap(argv: list[str], work: Path, level: str) -> list[str]:
     return [*_UNSHARE, "--", "sh", "-c", _BOOT, "metainfer-worker", str(work), *argv]
 
 
-@functools.lru_cache(maxsize=1)
-def detect() -> str:
-    """The strongest level that works here (probed once per process by running ``true`` inside it).
+_CUDA_PROBE = "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"
+
+
+@functools.lru_cache(maxsize=4)
+def detect(cuda: bool = False) -> str:
+    """The strongest level that works here (probed once per process by running a command inside it; with
+    ``cuda``, the probe also initialises the CUDA driver there, so a namespace that hides the GPU is not chosen).
 
     ``METAINFER_ISOLATION=process`` forces ``process``.
     """
@@ -65,12 +69,15 @@ def detect() -> str:
         return forced
     if not all(shutil.which(t) for t in ("unshare", "setpriv", "sh", "awk", "mount")):
         return "process"
+    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="metainfer-probe-") as tmp:
+        probe = ["sh", "-c", f"touch {tmp}/ok"]
+        if cuda:
+            probe = ["sh", "-c", f"touch {tmp}/ok && exec \"$0\" -c \"$1\"", sys.executable, _CUDA_PROBE]
         try:
-            proc = subprocess.run(wrap(["sh", "-c", f"touch {tmp}/ok"], Path(tmp), "namespace"),
-                                  capture_output=True, timeout=20, check=False)
+            proc = subprocess.run(wrap(probe, Path(tmp), "namespace"), capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return "process"
         return "namespace" if proc.returncode == 0 and (Path(tmp) / "ok").exists() else "process"

@@ -37,8 +37,11 @@ def _sync() -> None:
 
 
 def hello(kind: str) -> dict:
+    """Start-up done: ``ready_at`` is ``time.monotonic()`` now (one clock for the whole machine)."""
+    import time
+
     _state["kind"] = kind
-    return {"kind": kind}
+    return {"kind": kind, "ready_at": time.monotonic()}
 
 
 def static(engine_dir: str, checkpoint: str) -> dict:
