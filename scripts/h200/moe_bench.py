@@ -80,9 +80,9 @@ def bench(fn) -> float:
 def sweep_space(t: int):
     """Candidate bucket configurations for T tokens (the bucket the op would pick is forced)."""
     if t <= 16:  # block_m, block_n, down_block_n, split_k, num_warps, num_stages
-        grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 4], [4], [2])
+        grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 4], [8], [2])
     elif t <= 128:
-        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2], [4], [2])
+        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2], [8], [2])
     else:
         grid = itertools.product([64, 128], [64, 128], [64], [1], [4, 8], [2])
     b = "s" if t <= 16 else "m" if t <= 128 else "l"

@@ -61,10 +61,11 @@ class MoeBucket:
     num_stages: int
 
 
-#: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger), before any H200 sweep.
+#: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger), before any H200 sweep; 8 warps where
+#: 4 spilled registers when compiled for sm_90 (scripts/h200/moe_compile_check.py).
 DEFAULTS = {
-    "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=4, num_stages=2),
-    "m": MoeBucket(block_m=16, block_n=64, down_block_n=64, split_k=2, num_warps=4, num_stages=2),
+    "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=8, num_stages=2),
+    "m": MoeBucket(block_m=16, block_n=64, down_block_n=64, split_k=2, num_warps=8, num_stages=2),
     "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=8, num_stages=2),
 }
 S_MAX_T = 16
