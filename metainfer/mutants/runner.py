@@ -120,7 +120,8 @@ class ParityJudge:
         if "reference" in inspect.signature(parity.run_parity).parameters:
             from harness.reference_cache import ReferenceCache
 
-            self.cache = ReferenceCache(checkpoint, device=device)
+            # a fixed nonce: every run of the suite with one --seed judges the same prompts (reproducible tables)
+            self.cache = ReferenceCache(checkpoint, device=device, nonce=seed)
             self.kwargs["reference"] = self.cache
 
     def __call__(self, engine_dir: Path):
@@ -148,8 +149,8 @@ def run_suite(
         harness.parity.EngineDirError, CheckpointError: the engine or checkpoint is unusable.
     """
     judge = ParityJudge(Path(checkpoint), device=device, seed=seed, lengths=lengths, steps=steps)
-    longest = min(int(n) for n in lengths if isinstance(n, SeedDrawn)) if any(isinstance(n, SeedDrawn) for n in lengths) else 0
-    longest = max(longest, *(int(n) for n in lengths if not isinstance(n, SeedDrawn)))
+    # the longest prompt every seed guarantees: a seed-drawn length counts by its lower bound
+    longest = max(n.lo if isinstance(n, SeedDrawn) else int(n) for n in lengths)
     note = progress or (lambda _o: None)
     try:
         with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:

@@ -1,0 +1,69 @@
+"""The mutation suite: every mutant's patch applies exactly to a fresh render (drift fails loudly), and on the
+tiny NVFP4 CPU target parity passes the unmutated engine and rejects the mutants (``metainfer mutants``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from metainfer.mutants.catalogue import Edit, Mutant, MutantDriftError, catalogue, window_for
+from metainfer.mutants.runner import apply_mutant
+from metainfer.render import render_engine
+from metainfer.targets import make_target
+
+TINY = "qwen3.6-35b-a3b-tiny"
+#: CI lengths: a GDN chunk boundary (65), a few hundred, and one drawn from the seed past the window mutant.
+QUICK_LENGTHS = "3,65,300,640-960"
+#: Measured survivors on the tiny CPU target (docs/PARITY.md, "Mutation suite"): their per-prompt logits and hidden
+#: states stay inside the tolerances; the pooled per-layer update figure separates the first two (not yet in
+#: run_parity), nothing measured so far separates the third. Remove a name once parity rejects it.
+KNOWN_CPU_SURVIVORS: set[str] = {"qk_norm_swapped", "q_norm_skipped", "attn_scale"}
+
+
+@pytest.mark.parametrize("quant", ["nvfp4", "bf16"])
+def test_every_mutant_applies_exactly_to_a_fresh_render(tmp_path, quant):
+    engine = render_engine(make_target(TINY, quant, "cpu"), tmp_path / "r")
+    mutants = catalogue(window_for((3, 65, 300), 16))
+    assert len(mutants) >= 20 and len({m.name for m in mutants}) == len(mutants)
+    for m in mutants:
+        dest = apply_mutant(m, engine, tmp_path / m.name / engine.name)
+        changed = [e.path for e in m.edits if (dest / e.path).read_text() != (engine / e.path).read_text()]
+        assert sorted(set(changed)) == sorted({e.path for e in m.edits}), m.name
+        compile_all = [sys.executable, "-m", "py_compile", *sorted({str(dest / e.path) for e in m.edits})]
+        assert subprocess.run(compile_all, capture_output=True).returncode == 0, m.name  # still valid Python
+
+
+def test_a_drifted_mutant_fails_loudly(tmp_path):
+    engine = render_engine(make_target(TINY, "nvfp4", "cpu"), tmp_path / "r")
+    gone = Mutant("gone", "nothing", "shared", (Edit("engine/attention.py", "no such line", "x"),))
+    with pytest.raises(MutantDriftError, match="found 0"):
+        apply_mutant(gone, engine, tmp_path / "a")
+    twice = Mutant("twice", "nothing", "shared", (Edit("engine/attention.py", "import torch\n", "import torch\n", count=2),))
+    with pytest.raises(MutantDriftError, match="expected 2"):
+        apply_mutant(twice, engine, tmp_path / "b")
+    missing = Mutant("missing", "nothing", "shared", (Edit("engine/nope.py", "a", "b"),))
+    with pytest.raises(MutantDriftError, match="does not exist"):
+        apply_mutant(missing, engine, tmp_path / "c")
+
+
+@pytest.mark.slow
+def test_mutation_score_on_the_tiny_nvfp4_cpu_target(tmp_path, tiny_checkpoint):
+    out = tmp_path / "suite.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "metainfer.cli", "mutants", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu",
+         "--checkpoint", str(tiny_checkpoint("nvfp4")), "--lengths", QUICK_LENGTHS, "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    suite = json.loads(out.read_text())
+    assert suite["baseline"]["verdict"] == "pass", suite["baseline"]
+    survivors = {m["name"] for m in suite["mutants"] if m["verdict"] not in ("killed", "n/a")}
+    assert survivors <= KNOWN_CPU_SURVIVORS, proc.stdout[-4000:]  # every other mutant is rejected
+    assert suite["applicable"] >= 20 and not any(m["verdict"] == "drift" for m in suite["mutants"])
+    assert (proc.returncode == 0) == (not survivors) and (suite["ok"] == (not survivors))
