@@ -125,3 +125,20 @@ def test_profile_and_per_layer_parity_are_plotted_when_the_gate_recorded_them(tm
     assert rows.index("moe_nvfp4") < rows.index("gdn_step")  # largest first within a phase
     assert "0.410" in rows and "n/a (CPU)" not in page  # a GPU profile's roofline is a figure
     assert ">0.012<" in page.split('id="workloads"')[1].split("</table>")[0]  # and so is the bench's
+
+
+def test_a_run_is_found_by_path_id_or_a_unique_part_of_its_id(tmp_path):
+    import pytest
+
+    from metainfer.build.config import BuildError
+
+    a = RunRecord.create(tmp_path, "m-bf16-cpu", {"agent": "offline", "seed": 0})
+    b = RunRecord.create(tmp_path, "m-nvfp4-h200", {"agent": "offline", "seed": 0})
+    assert RunRecord.open(tmp_path, str(a.path)).run_id == a.run_id
+    assert RunRecord.open(tmp_path / "elsewhere", str(b.path)).run_id == b.run_id  # a path works from any runs folder
+    assert RunRecord.open(tmp_path, a.run_id).path == a.path
+    assert RunRecord.open(tmp_path, "nvfp4-h200").run_id == b.run_id
+    with pytest.raises(BuildError, match="matches 2 runs"):
+        RunRecord.open(tmp_path, "-m-")
+    with pytest.raises(BuildError, match="no run 'nope'"):
+        RunRecord.open(tmp_path, "nope")
