@@ -200,3 +200,14 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
     p = _cli("clean", cwd=repo, env=env)
     assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
     assert (repo / "metainfer").is_dir() and "freed" in p.stdout
+
+
+def test_dry_run_estimates_from_earlier_gates_of_the_target(tmp_path):
+    runs = tmp_path / "runs"
+    for i, secs in enumerate((40.0, 50.0, 900.0)):
+        d = runs / f"20260101-00000{i}-{TINY}-bf16-cpu" / "iter-000"
+        d.mkdir(parents=True)
+        (d / "report.json").write_text(json.dumps({"iteration": 0, "gate": {"seconds": secs, "timed_out": False}}))
+    p = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", "--iterations", "1", "--runs-dir", str(runs))
+    assert p.returncode == 0, p.stderr
+    assert "~50 s per gate (median of 3 earlier gates of this target" in p.stdout and "whole run ~" in p.stdout, p.stdout
