@@ -19,8 +19,9 @@ import typer
 
 #: prefixes of the temporary folders metainfer creates (build exports, step exports, agent gate runs)
 TEMP_PREFIXES = ("metainfer-best-", "metainfer-head-", "metainfer-baseline-", "metainfer-gate-")
-#: a temporary folder younger than this may belong to a run that has not started its gate yet
-MIN_AGE_S = 120.0
+#: a temporary folder younger than this may belong to a run that has not started its gate yet (queued
+#: attempts of `metainfer cheats`, an export made before a long checkpoint write): kept
+MIN_AGE_S = 3600.0
 
 
 @dataclass
@@ -71,7 +72,7 @@ def collect(root: Path, force: bool) -> list[Item]:
         if p in used:
             item.kept = "in use by a running process"
         elif now - p.stat().st_mtime < MIN_AGE_S:
-            item.kept = "made in the last 2 minutes (a run may be starting)"
+            item.kept = "made in the last hour (a run may still be about to use it)"
         items.append(item)
     return items
 
