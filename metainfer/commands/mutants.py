@@ -23,6 +23,9 @@ def mutants(
     seed: int = typer.Option(1, "--seed", help="prompt seed shared by every run"),
     lengths: str = typer.Option(None, "--lengths", help="comma list of prompt lengths (default: harness.prompts for the device)"),
     steps: int = typer.Option(None, "--steps", help="decode steps per prompt (default: harness.prompts for the device)"),
+    mutant_lengths: str = typer.Option(None, "--mutant-lengths", help="a shorter length set for the mutants only (the "
+                                       "unmutated engine runs --lengths), e.g. 65,2049,3000-4000 on a time budget"),
+    mutant_steps: int = typer.Option(None, "--mutant-steps", help="decode steps for the mutants only"),
     json_out: Path = typer.Option(None, "--json", help="write the table as JSON here"),
 ) -> None:
     """Apply each single-op mutant to a fresh copy of the engine, run parity on it, print a table and the mutation
@@ -34,6 +37,7 @@ def mutants(
     device = device or ("cpu" if gpu == "cpu" else "cuda")
     lens = _parse_lengths(lengths) if lengths else default_lengths(device)
     n_steps = steps or default_steps(device)
+    m_lens = _parse_lengths(mutant_lengths) if mutant_lengths else None
     window = window_for(lens, n_steps)
     chosen = tuple(by_name(n, window) for n in only) if only else catalogue(window)
     with tempfile.TemporaryDirectory(prefix="metainfer-mutants-") as tmp:
@@ -49,10 +53,10 @@ def mutants(
             typer.echo(f"writing a synthetic {model} {quant} checkpoint (seed 1234)")
             checkpoint = write_checkpoint(get_model(model), get_quant(quant), Path(tmp) / "checkpoint", 1234, progress=False)
         typer.echo(f"engine {engine}, checkpoint {checkpoint}, device {device}, lengths {lens}, {n_steps} decode steps, "
-                   f"{len(chosen)} mutants")
+                   f"{len(chosen)} mutants" + (f" (mutants: lengths {m_lens}, {mutant_steps or n_steps} steps)" if m_lens else ""))
         line = lambda o: typer.echo(f"  {o.name:26s} {o.verdict:9s} {o.seconds:6.1f} s  {o.figure}")  # noqa: E731
         suite = run_suite(Path(engine), Path(checkpoint), chosen, quant=quant, device=device, seed=seed,
-                          lengths=lens, steps=n_steps, progress=line)
+                          lengths=lens, steps=n_steps, progress=line, mutant_lengths=m_lens, mutant_steps=mutant_steps)
     typer.echo(format_table(suite))
     if json_out:
         json_out.write_text(json.dumps(suite.to_json(), indent=2) + "\n")

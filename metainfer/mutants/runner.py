@@ -124,8 +124,14 @@ class ParityJudge:
             self.cache = ReferenceCache(checkpoint, device=device, nonce=seed)
             self.kwargs["reference"] = self.cache
 
-    def __call__(self, engine_dir: Path):
-        return self.run_parity(engine_dir, self.checkpoint, **self.kwargs)
+    def __call__(self, engine_dir: Path, lengths: tuple[int, ...] | None = None, steps: int | None = None):
+        """Parity of ``engine_dir``; ``lengths`` / ``steps`` override the judge's for this run."""
+        kw = dict(self.kwargs)
+        if lengths is not None:
+            kw["lengths"] = lengths
+        if steps is not None:
+            kw["steps"] = steps
+        return self.run_parity(engine_dir, self.checkpoint, **kw)
 
     def close(self) -> None:
         for name in ("close", "stop"):
@@ -137,6 +143,7 @@ class ParityJudge:
 def run_suite(
     engine_dir: Path, checkpoint: Path, mutants: tuple[Mutant, ...], *, quant: str, device: str = "cpu",
     seed: int = 1, lengths: tuple[int, ...], steps: int, progress=None,
+    mutant_lengths: tuple[int, ...] | None = None, mutant_steps: int | None = None,
 ) -> SuiteResult:
     """Judge the unmutated engine, then every mutant, each from its own copy of ``engine_dir``.
 
@@ -145,12 +152,17 @@ def run_suite(
         mutants: the mutants to run; those of another weight format than ``quant``, or needing longer
             prompts or decode runs than ``lengths`` / ``steps`` guarantee (``min_tokens``, ``min_steps``), are ``n/a``.
         progress: called with each finished ``MutantOutcome`` (e.g. to print a line), or None.
+        mutant_lengths, mutant_steps: a shorter set for the mutants (the unmutated engine always runs
+            ``lengths`` / ``steps``): a killed mutant stays killed under more prompts, so a short set
+            only risks calling a mutant survived that the full set would kill (full-size runs on a
+            time budget).
     Raises:
         harness.parity.EngineDirError, CheckpointError: the engine or checkpoint is unusable.
     """
     judge = ParityJudge(Path(checkpoint), device=device, seed=seed, lengths=lengths, steps=steps)
+    m_lengths, m_steps = mutant_lengths or lengths, mutant_steps or steps
     # the longest prompt every seed guarantees: a seed-drawn length counts by its lower bound
-    longest = max(n.lo if isinstance(n, SeedDrawn) else int(n) for n in lengths)
+    longest = max(n.lo if isinstance(n, SeedDrawn) else int(n) for n in m_lengths)
     note = progress or (lambda _o: None)
     try:
         with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
@@ -164,16 +176,16 @@ def run_suite(
                 t0 = time.perf_counter()
                 if m.quant and m.quant != quant:
                     out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"{m.quant} targets only", 0.0)
-                elif longest < m.min_tokens or steps < m.min_steps:
+                elif longest < m.min_tokens or m_steps < m.min_steps:
                     out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"needs prompts of >= {m.min_tokens} tokens and "
-                                        f">= {m.min_steps} decode steps (this run: {longest}, {steps})", 0.0)
+                                        f">= {m.min_steps} decode steps (this run: {longest}, {m_steps})", 0.0)
                 else:
                     try:
                         copy = apply_mutant(m, Path(engine_dir), Path(tmp) / m.name / Path(engine_dir).name)
                     except MutantDriftError as err:
                         out = MutantOutcome(m.name, m.breaks, m.path, "drift", str(err)[:140], 0.0)
                     else:
-                        res = judge(copy)
+                        res = judge(copy, m_lengths, m_steps)
                         out = MutantOutcome(m.name, m.breaks, m.path, "survived" if res.ok else "killed", _figure(res),
                                             time.perf_counter() - t0)
                         shutil.rmtree(copy.parent, ignore_errors=True)
