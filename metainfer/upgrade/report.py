@@ -63,7 +63,7 @@ def upgrade_data(rec: RunRecord, root: Path) -> dict[str, Any]:
     """Everything the report shows, as plain data (``upgrade.json``)."""
     st = rec.state
     up = st["upgrade"]
-    return {"run_id": st["run_id"], "status": st["status"], "stop_reason": st.get("stop_reason"),
+    return {"run_id": st["run_id"], "kind": st.get("kind", "upgrade"), "status": st["status"], "stop_reason": st.get("stop_reason"),
             "from": up["from"], "to": up["to"], "facts_diff": up["facts_diff"], "phase": up["phase"],
             "carried": [{k: e.get(k) for k in ("commit", "summary", "old_speedup", "status", "attempts", "reasons")}
                         for e in up["carry"]],
@@ -81,12 +81,18 @@ def _fmt(v: Any) -> str:
 def upgrade_markdown(d: dict[str, Any]) -> str:
     """The report as markdown."""
     f, t, fd = d["from"], d["to"], d["facts_diff"]
-    out = [f"# metainfer upgrade: {f['target']} → {t['target']}", "",
-           f"- run `{d['run_id']}`: **{d['status']}** ({d['stop_reason'] or 'running'})",
-           f"- from `{f['branch']}` at `{f['commit'][:10]}` (facts {f['facts_digest']}); never changed by the upgrade",
-           f"- to `{t['branch']}` (facts {t['facts_digest']}, model `{t['model_source']}`)"
-           + (f", head `{d['new_branch_head'][:10]}`" if d.get("new_branch_head") else ""), "",
-           f"## Facts diff: {fd['class']}", ""]
+    if d["kind"] == "reweigh":
+        head = [f"# metainfer upgrade, new weights: {f['target']} on {t['model_source']}", "",
+                f"- run `{d['run_id']}`: **{d['status']}** ({d['stop_reason'] or 'running'})",
+                f"- the engine of `{f['branch']}` at `{f['commit'][:10]}` (facts {f['facts_digest']}), re-gated on the "
+                f"checkpoint `{t['model_source']}` (facts {t['facts_digest']}); nothing re-rendered or committed"]
+    else:
+        head = [f"# metainfer upgrade: {f['target']} → {t['target']}", "",
+                f"- run `{d['run_id']}`: **{d['status']}** ({d['stop_reason'] or 'running'})",
+                f"- from `{f['branch']}` at `{f['commit'][:10]}` (facts {f['facts_digest']}); never changed by the upgrade",
+                f"- to `{t['branch']}` (facts {t['facts_digest']}, model `{t['model_source']}`)"
+                + (f", head `{d['new_branch_head'][:10]}`" if d.get("new_branch_head") else "")]
+    out = head + ["", f"## Facts diff: {fd['class']}", ""]
     if fd["changes"]:
         out += ["| fact | old | new | class | re-tune / must write |", "|---|---|---|---|---|"]
         out += [f"| {c['field']} | {_cell(c['old'])} | {_cell(c['new'])} | {c['cls']} | "
