@@ -18,7 +18,7 @@ from harness.parity_metrics import (
     first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, rel_l2, top2_margin, trivial_reason,
 )
 from harness.parity_result import ParityResult, PromptFigures, format_table
-from harness.prompts import LENGTHS, make_prompts
+from harness.prompts import LENGTHS, default_lengths, make_prompts
 from harness.tolerances import get_tolerance
 from metainfer.cli import app
 from metainfer.errors import CheckpointError, UnknownNameError
@@ -246,7 +246,8 @@ def test_tiny_engine_passes_parity_through_cli(quant, rendered, tiny_checkpoint,
     data = json.loads(out.read_text())
     assert data["ok"] is True and data["seed"] == 11 and data["reference_dtype"] == "float32"
     assert 0 < data["max_rel_err"] <= data["tolerance"] and 0 < data["max_decode_rel_err"] <= data["decode_tolerance"]
-    assert len(data["prompts"]) == 2 * len(LENGTHS) and all(p["ok"] for p in data["prompts"])
+    assert len(data["prompts"]) == 2 * len(default_lengths("cpu")) and all(p["ok"] for p in data["prompts"])
+    assert data["update_errors"] and not data["update_failures"] and data["prompt_nonce"] is not None
     assert "parity PASS" in proc.stdout
 
 
