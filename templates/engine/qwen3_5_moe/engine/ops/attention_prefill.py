@@ -26,7 +26,10 @@ if HAVE_TRITON:
     from ..kernels._common import INTERPRET, new_empty, round_bf16
 
 #: Launch defaults (tunable through the keywords of ``attention_prefill``); head_dim 256 on an H200.
+#: block_m 64 below ``LONG_T`` packed tokens (more programs for short prompts), 128 from there: on the H200 at
+#: 16k causal tokens 128/64/8 warps/2 stages ran 5.15 ms (427 TFLOP/s) against 10.5 ms for 64/64.
 DEFAULTS = {"block_m": 64, "block_n": 64, "num_warps": 8, "num_stages": 2}
+LONG_T, LONG_BLOCK_M = 1024, 128
 LOG2E = 1.4426950408889634
 
 __all__ = ["DEFAULTS", "attention_prefill", "attention_prefill_ref", "attention_prefill_triton"]
@@ -133,12 +136,17 @@ def _attn_prefill_kernel(
 def attention_prefill_triton(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, gate: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float, *,
-    block_m: int = DEFAULTS["block_m"], block_n: int = DEFAULTS["block_n"],
+    block_m: int | None = None, block_n: int = DEFAULTS["block_n"],
     num_warps: int = DEFAULTS["num_warps"], num_stages: int = DEFAULTS["num_stages"],
 ) -> torch.Tensor:
-    """One launch over (cdiv(T, block_m) + N, HQ) programs; returns gated bf16 [T, HQ, D]."""
+    """One launch over (cdiv(T, block_m) + N, HQ) programs; returns gated bf16 [T, HQ, D].
+
+    ``block_m`` None: ``DEFAULTS["block_m"]`` below ``LONG_T`` packed tokens, ``LONG_BLOCK_M`` from there.
+    """
     require_triton("attention_prefill")
     t_count, hq, hd = q.shape
+    if block_m is None:
+        block_m = LONG_BLOCK_M if t_count >= LONG_T else DEFAULTS["block_m"]
     hkv = k_cache.shape[2]
     o = new_empty((t_count, hq, hd), q.dtype, q.device)
     n_seq = slots.shape[0]

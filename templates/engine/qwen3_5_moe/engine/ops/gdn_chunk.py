@@ -37,7 +37,7 @@ if HAVE_TRITON:
 
 #: Launch defaults (tunable through the keywords of ``gdn_chunk_prefill``).
 DEFAULTS = {"block_v": 128, "state_block_v": 32, "num_warps": 8, "state_num_warps": 8, "state_num_stages": 2,
-            "prep_num_warps": 8}
+            "prep_num_warps": 4}  # H200, one layer at 8192 tokens: 1.62 ms with 4 prep warps, 1.96 ms with 8
 BT = 64  # chunk size of the Triton path (the UT transform is written for 4 blocks of 16)
 
 
