@@ -42,8 +42,8 @@ class Model:
         self.tunables = tunables
         self.rope = Rope(dims, device)
         self.launch = tunables.launch_keywords()
-        if tunables.moe_ops:
-            pack_moe_weights(weights)  # NVFP4 experts to the layout of ops/moe_fused.py
+        if tunables.moe_ops:  # NVFP4 experts to the layout of ops/moe_fused.py (and kept as loaded for small T)
+            pack_moe_weights(weights, keep_checkpoint=tunables.moe_ops_min_tokens > 1)
         self.fp32_out_mm = _fp32_out_mm_supported(device)
 
     @torch.inference_mode()
@@ -70,7 +70,7 @@ class Model:
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
-            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid)
+            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)
             if hidden is not None:
                 hidden.append((h.float() + mlp_out.float()).to(h.dtype).float())
         x, _ = kernels.rmsnorm(mlp_out, self.w.norm, eps, residual=h)

@@ -44,34 +44,54 @@ def experts_bf16(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ex: 
     return out.to(x.dtype)
 
 
-def pack_moe_weights(weights: Weights) -> None:
-    """Repack every layer's NVFP4 experts for ``ops.moe_fused.moe_w4a16`` (exact, ``ops/moe_pack.py``),
-    in place, freeing the checkpoint-layout tensors layer by layer (tunable ``moe_ops`` = 1)."""
+def pack_moe_weights(weights: Weights, keep_checkpoint: bool) -> None:
+    """Repack every layer's NVFP4 experts for ``ops.moe_fused.moe_w4a16`` (exact, ``ops/moe_pack.py``), in place.
+
+    ``keep_checkpoint`` False frees the checkpoint-layout tensors layer by layer (only the new op can run);
+    True keeps them beside the packed ones so ``moe_forward`` can send small T to ``kernels.moe_nvfp4``
+    (tunable ``moe_ops_min_tokens`` > 1): about 455 MB per layer more at the real shapes, ~18 GB (17 GiB)
+    over 40 layers.
+    """
     for layer in weights.layers:
         ex = layer.moe.experts
-        if ex.s13 is None:  # bf16 experts, or packed already
+        if ex.s13 is None or ex.packed is not None:  # bf16 experts, or packed already
             continue
         ex.packed = pack_experts(ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2)
-        ex.w13 = ex.s13 = ex.w2 = ex.s2 = None
+        if not keep_checkpoint:
+            ex.w13 = ex.s13 = ex.w2 = ex.s2 = None
+
+
+def moe_path(t: int, ex: ExpertStack, min_tokens: int) -> str:
+    """Which routed-expert path a forward of ``t`` tokens takes: ``"ops"`` (``ops.moe_fused.moe_w4a16`` on
+    the packed experts) when they are packed and ``t >= min_tokens`` or the checkpoint layout was freed;
+    ``"nvfp4"`` (``kernels.moe_nvfp4``) for other NVFP4 experts; ``"bf16"`` otherwise. ``t`` is the host
+    shape (a CUDA-graph bucket's padded size), so the choice needs no device sync and a captured graph
+    always replays the path its size picked at capture."""
+    if ex.packed is not None and (t >= min_tokens or ex.s13 is None):
+        return "ops"
+    return "nvfp4" if ex.quantized else "bf16"
 
 
 def moe_forward(x: torch.Tensor, w: MoeWeights, dims: ModelDims, launch: dict | None = None,
-                n_valid: torch.Tensor | None = None) -> torch.Tensor:
+                n_valid: torch.Tensor | None = None, min_tokens: int = 1) -> torch.Tensor:
     """Routed experts + gated shared expert for x bf16 [T, H]; returns bf16 [T, H].
 
     ``launch`` holds kernel launch keywords from tunables (``moe_nvfp4``, ``moe_ops`` and ``nvfp4_linear``).
     With ``w.shared_stacked`` the router GEMV also yields the shared gate's logit and the shared
     expert runs as pair k of the same MoE kernels: router GEMV, routing, the MoE kernels.
-    ``n_valid`` (int32 [1], CUDA-graph decode): rows t ≥ n_valid are padding; with packed experts
+    ``n_valid`` (int32 [1], CUDA-graph decode): rows t ≥ n_valid are padding; on the ``ops`` path
     they touch no expert (their routed output is 0), otherwise they are routed like real rows.
+    ``min_tokens`` (tunable ``moe_ops_min_tokens``): T below it runs ``kernels.moe_nvfp4`` when the
+    checkpoint layout was kept (``moe_path``).
     """
     launch = launch or {}
     ex = w.experts
     logits = F.linear(x, w.router)  # [T, E] bf16, or [T, E+1] with the shared gate's logit last
     ids, weights = kernels.route_topk(logits, dims.num_experts_per_tok, w.shared_stacked)
-    if ex.packed is not None:
+    path = moe_path(x.shape[0], ex, min_tokens)
+    if path == "ops":
         routed = moe_w4a16(x, ids, weights, ex.packed, n_valid, **launch.get("moe_ops", {}))
-    elif ex.quantized:
+    elif path == "nvfp4":
         routed = kernels.moe_nvfp4(x, ids, weights, ex.w13, ex.s13, ex.g13, ex.w2, ex.s2, ex.g2, **launch.get("moe", {}))
     else:
         routed = experts_bf16(x, ids, weights, ex)

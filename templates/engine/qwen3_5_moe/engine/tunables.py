@@ -79,6 +79,13 @@ class Tunables:
         moe_ops: 1 = NVFP4 experts repacked at load and run by ``ops/moe_fused.moe_w4a16`` (one kernel
             family for every T, expert-major, split-K, one-launch align, fixed-order reduce; graph
             padding rows touch no expert); 0 = the ``kernels.moe_nvfp4`` path above.
+        moe_ops_min_tokens: with ``moe_ops`` 1, forwards of fewer tokens T (the host shape; a CUDA-graph
+            bucket's padded size, fixed at capture) still run ``kernels.moe_nvfp4`` (``moe.moe_path``). On
+            the H200 (2026-12-02, real shapes, per layer) the new op was 3x slower at T = 1 (60.5 against
+            21.1 us) and faster from T = 32 (290 against 391 us); nothing was measured between, 16 is the
+            default. Above 1 the checkpoint-layout experts stay loaded beside the packed ones: about
+            455 MB per layer, ~18 GB (17 GiB) more at full size on the 141 GB GPU; 1 = the new op at
+            every T and the checkpoint layout freed at load.
         moe_ops_s_max_t / moe_ops_m_max_t: T bounds of its small and middle launch buckets;
             ``moe_ops_{s,m,l}_{block_m,block_n,down_block_n,split_k,num_warps,num_stages}``: each bucket's launch
             configuration (``ops.moe_fused.MoeBucket``); None = the op's defaults.
@@ -109,6 +116,7 @@ class Tunables:
     moe_gemv_words: int | None = None
     moe_gemv_unroll: int | None = None
     moe_ops: int = 0
+    moe_ops_min_tokens: int = 16
     moe_ops_s_max_t: int | None = None
     moe_ops_m_max_t: int | None = None
     moe_ops_s_block_m: int | None = None

@@ -87,6 +87,7 @@ class ExpertStack:
     s2: torch.Tensor | None = None
     g2: torch.Tensor | None = None
     #: NVFP4 experts repacked for ``ops/moe_fused.py`` (tunable ``moe_ops``); w13, s13, w2, s2 are then None
+    #: unless ``moe_ops_min_tokens`` > 1 keeps them for small T
     packed: PackedExperts | None = None
 
     @property
