@@ -5,8 +5,9 @@
 #   SWEEP=small bash scripts/h200/moe_check.sh  # launch-config sweep at 1, 32, 64 tokens (bench only)
 #   SWEEP=large bash scripts/h200/moe_check.sh  # launch-config sweep at 2048, 8192 tokens (bench only)
 #   SWEEP=odd bash scripts/h200/moe_check.sh    # the interpreter's odd-shape tests, compiled (many small compiles)
-# Files: moe_gpu_tests.log, moe_bench.json (table in the log). If the GPU tests fail, the old path stays
-# one tunable away: "moe_ops": 0 in templates/engine/qwen3_5_moe/engine/tunables.json.j2.
+# Files: moe_gpu_tests.log, moe_bench.json (table in the log). The engine runs the new op from
+# moe_ops_min_tokens (16) tokens on and kernels.moe_nvfp4 below; if the GPU tests fail, the old path at
+# every T stays one tunable away: "moe_ops": 0 in templates/engine/qwen3_5_moe/engine/tunables.json.j2.
 set -uo pipefail
 source scripts/h200/env.sh
 case "${SWEEP:-}" in
