@@ -60,14 +60,19 @@ class ReferenceCache:
         self.isolation = isolation
         self._worker: Worker | None = None
         self._loaded = False
+        self._load_due = 0.0
         self._runs: dict[tuple[tuple[int, ...], int], ReferenceRun] = {}
         self._hidden: dict[tuple[int, ...], torch.Tensor] = {}
         self.worker_starts = 0
 
     def start(self) -> None:
-        """Start the worker process now (its imports overlap with whatever the judge does next)."""
+        """Start the worker and send it ``load`` now: its imports and the model build overlap whatever the judge
+        does next (no engine code runs in it, so the gate starts it before the static stage)."""
         if self._worker is None:
             self._worker = Worker("reference", limits=self.limits, isolation=self.isolation)
+            self._load_due = self._worker.send("reference.load", timeout=self.limits.start_s + self.limits.load_s,
+                                               pipelined=True, checkpoint=str(self.checkpoint), device=self.device,
+                                               dtype=self.dtype, threads=torch.get_num_threads())
             self._loaded = False
             self.worker_starts += 1
 
@@ -75,10 +80,8 @@ class ReferenceCache:
         self.start()
         assert self._worker is not None
         if not self._loaded:
-            import torch as _t
-
-            self._worker.call("reference.load", timeout=self.limits.load_s, checkpoint=str(self.checkpoint),
-                              device=self.device, dtype=self.dtype, threads=_t.get_num_threads())
+            self._worker.ready()
+            self._worker.receive("reference.load", self._load_due)
             self._loaded = True
         return self._worker
 

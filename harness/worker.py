@@ -211,11 +211,15 @@ class Worker:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def send(self, op: str, *, timeout: float | None = None, **args: Any) -> float:
-        """Send one request; returns its deadline (``time.monotonic()`` seconds) for :meth:`receive`."""
+    def send(self, op: str, *, timeout: float | None = None, pipelined: bool = False, **args: Any) -> float:
+        """Send one request; returns its deadline (``time.monotonic()`` seconds) for :meth:`receive`.
+
+        ``pipelined``: send without first waiting for the start-up reply (the caller then calls
+        :meth:`ready` before :meth:`receive`); the request waits in the pipe until the imports are done.
+        """
         if self.proc is None:
             raise WorkerFailure("crashed", f"{self.kind} worker is closed")
-        if op != "hello":
+        if op != "hello" and not pipelined:
             self.ready()
         timeout = self.limits.call_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
