@@ -43,6 +43,8 @@ class Attempt:
         runs: gate runs in a row on the same judge copy (the last one is judged; 2 for a cheat that poisons the next gate).
         apply: edits a copy of the rendered tiny engine in place.
         old_gate: what it did to the in-process gate before issue 10 (``OLD_GATE``, recorded by hand), '' if unknown.
+        open: ``OPEN``: why this cheat is known to get past where it should be stopped (a hole with an owner), or ''.
+            The table still runs and shows it; the CI test expects it to fail until the hole is closed.
     """
 
     name: str
@@ -56,6 +58,7 @@ class Attempt:
     runs: int
     apply: Callable[[Path], None]
     old_gate: str = ""
+    open: str = ""
 
     @property
     def expected(self) -> str:
@@ -71,7 +74,7 @@ def _from_module(mod: ModuleType, honest: bool) -> Attempt:
     a = Attempt(name=name, honest=honest, klass="honest" if honest else get("CLASS", ""), description=get("DESCRIPTION", ""),
                 stage="not-accepted" if honest else get("STAGE", ""), reason="" if honest else get("REASON", ""),
                 verdict=get("VERDICT"), baseline=get("BASELINE", "honest"), runs=int(get("RUNS", 1)), apply=get("apply"),
-                old_gate=get("OLD_GATE", ""))
+                old_gate=get("OLD_GATE", ""), open=get("OPEN", ""))
     problems = [f"{k}={v!r} not in {allowed}" for k, v, allowed in
                 (("CLASS", a.klass, CLASSES), ("STAGE", a.stage, STAGES), ("BASELINE", a.baseline, ("honest", "self")))
                 if v not in allowed]

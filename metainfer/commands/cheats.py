@@ -2,6 +2,8 @@
 
 Exit 0 when every cheat was stopped where it declares and every honest edit was accepted or
 judged not faster; 1 otherwise (an accepted cheat, a rejected honest edit, a hang); 2 on bad input.
+A cheat that declares ``OPEN`` (a known hole, with its owner) and is not stopped is listed as open,
+not failed, unless it was accepted, hung the gate or broke it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ def _root() -> Path:
     return Path(metainfer.__file__).resolve().parents[1]
 
 
+def counts_as_failure(o) -> bool:
+    """A failed row, except a declared open hole that was neither accepted nor hung nor broke the gate."""
+    return not o.passed and not (o.attempt.open and o.verdict not in ("accepted", "hang", "broken"))
+
+
 def print_table(outcomes, seconds: float) -> int:
-    """Print the table and the final ``N passed, M failed`` line; return M."""
+    """Print the table and the final ``N passed, M failed`` line (open holes counted apart); return M."""
     from rich.console import Console
     from rich.table import Table
 
@@ -35,14 +42,17 @@ def print_table(outcomes, seconds: float) -> int:
     for col in ("attempt", "class", "expected", "verdict", "stage", "seconds", "result", "old gate (eead044)"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
     for o in outcomes:
+        result = "ok" if o.passed else (f"FAILED: {o.why}" if counts_as_failure(o) else f"open: {o.attempt.open}")
         table.add_row(o.attempt.name, o.attempt.klass, o.attempt.expected, o.verdict, o.stage or "-", f"{o.seconds:.1f}",
-                      "ok" if o.passed else f"FAILED: {o.why}", o.attempt.old_gate or "-")
+                      result, o.attempt.old_gate or "-")
     console = Console(width=200)
     console.print(table)
-    failed = [o for o in outcomes if not o.passed]
-    for o in failed:
+    failed = [o for o in outcomes if counts_as_failure(o)]
+    opened = [o for o in outcomes if not o.passed and not counts_as_failure(o)]
+    for o in failed + opened:
         console.print(f"{o.attempt.name}: {o.why}; gate said: {o.error or '-'}", markup=False, soft_wrap=True)
-    console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed ({seconds:.0f} s)", markup=False)
+    extra = f", {len(opened)} open holes" if opened else ""
+    console.print(f"{len(outcomes) - len(failed) - len(opened)} passed, {len(failed)} failed{extra} ({seconds:.0f} s)", markup=False)
     return len(failed)
 
 

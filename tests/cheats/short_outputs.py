@@ -6,8 +6,8 @@ from . import append
 
 DESCRIPTION = "generate() returns half the requested tokens"
 CLASS = "bench"
-STAGE = "bench"
-REASON = "ignore_eos"
+STAGE = "any-red"  # quick parity (its generate asks for 2 tokens) already sees the short outputs
+REASON = ""
 OLD_GATE = "rejected (bench length check)"
 
 
