@@ -270,7 +270,7 @@ def run_view(record: RunRecord) -> RunView:
     for it in iterations:
         names += [w.name for w in it.workloads if w.name not in names]
     resume = None
-    if st.get("status") in ("interrupted", "crashed", "running"):
+    if st.get("status") in ("interrupted", "crashed", "running", "failed", "stopped"):  # all but finished resume
         resume = st.get("resume_command") or f"metainfer build --resume {record.run_id}"
     in_flight = None
     flight = st.get("in_flight") or {}
