@@ -145,6 +145,7 @@ class Worker:
         self._hello: float | None = None
         self._limit_s = 0.0
         self._spawned_at = 0.0
+        self._failure: WorkerFailure | None = None
         #: seconds from spawn until the worker's imports were done (None until it answered)
         self.start_s: float | None = None
         #: absolute ``time.monotonic()`` by which the current stage must be done; caps every call's limit
@@ -217,8 +218,8 @@ class Worker:
         ``pipelined``: send without first waiting for the start-up reply (the caller then calls
         :meth:`ready` before :meth:`receive`); the request waits in the pipe until the imports are done.
         """
-        if self.proc is None:
-            raise WorkerFailure("crashed", f"{self.kind} worker is closed")
+        if self.proc is None:  # killed earlier: a later call (a cleanup in a finally) repeats why, not "closed"
+            raise self._failure or WorkerFailure("crashed", f"{self.kind} worker is closed")
         if op != "hello" and not pipelined:
             self.ready()
         timeout = self.limits.call_s if timeout is None else timeout
@@ -261,8 +262,10 @@ class Worker:
         return self.receive(op, self.send(op, timeout=timeout, **args))
 
     def _fail(self, verdict: str, message: str) -> None:
+        tail = self.tail()
         self.kill()
-        raise WorkerFailure(verdict, message, self.tail())
+        self._failure = WorkerFailure(verdict, message, tail)
+        raise self._failure
 
     def kill(self) -> None:
         """SIGKILL the worker's process group (with it, at ``namespace`` isolation, its PID namespace) and reap it."""

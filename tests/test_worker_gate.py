@@ -257,3 +257,27 @@ def test_the_judge_imports_only_the_shared_model_facts_of_metainfer():
                 if (name == "metainfer" or name.startswith("metainfer.")) and not name.startswith(ALLOWED):
                     bad.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
     assert not bad, "harness/ may import only metainfer's shared model facts:\n" + "\n".join(bad)
+
+
+def test_a_timeout_inside_parity_stays_a_timeout(rendered, tiny_checkpoint, tmp_path):
+    """A decode that hangs: the cleanup that releases the slots must not turn the timeout into 'crashed'."""
+    from harness.parity import run_parity
+
+    engine = variant(rendered, tmp_path, '''
+import time as _t
+
+_slow_load = load
+
+
+def load(*a, **k):
+    eng = _slow_load(*a, **k)
+
+    def decode(slots, tokens):
+        _t.sleep(10_000)
+
+    eng.decode = decode
+    return eng
+''')
+    res = run_parity(engine, tiny_checkpoint("bf16"), seed=1, lengths=(3,), steps=2,
+                     limits=WorkerLimits(120, 120, 6, 120, 600))
+    assert not res.ok and res.verdict == "timeout" and "engine.decode" in res.error, res.error
