@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from metainfer.build.decision import commit_message, decide, decide_baseline, parse_trailers, trailers
+from metainfer.build.decision import aa_margin, commit_message, decide, decide_baseline, parse_trailers, trailers
 from metainfer.build.gate_runner import GateOutcome
 from metainfer.build.records import RunRecord, write_json
 from metainfer.build.report import summary_markdown, write_summary
@@ -46,6 +46,18 @@ def test_decisions_name_the_reason():
     assert not decide(crashed).accepted  # a readable JSON does not rescue a crashed gate
     assert decide_baseline(GateOutcome(_gate(speedup=1.0, beats=False), 0, False, 1.0)).accepted
     assert not decide_baseline(GateOutcome(_gate(parity_ok=False), 1, False, 1.0)).accepted
+
+
+def test_a_candidate_must_clear_the_noise_runs_offset():
+    # the engine raced against itself in its own processes came out 1.107 ± 0.008 (seen on the H200): a
+    # candidate "faster" by less than that offset is not faster, whatever its own gate's noise bar says
+    margin = aa_margin(_gate(speedup=1.107, noise=0.008, beats=True))
+    assert abs(margin - 0.115) < 1e-9
+    r = decide(GateOutcome(_gate(speedup=1.10, noise=0.01, beats=True), 0, False, 1.0), margin)
+    assert not r.accepted and "noise run" in r.reason
+    assert decide(GateOutcome(_gate(speedup=1.30, noise=0.05, beats=True), 0, False, 1.0), margin).accepted
+    assert aa_margin(_gate(bench=False)) is None and aa_margin(None) is None
+    assert decide(GateOutcome(_gate(speedup=1.10, noise=0.01, beats=True), 0, False, 1.0), None).accepted
 
 
 def test_trailers_carry_the_figures_and_parse_back():

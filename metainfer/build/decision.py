@@ -102,8 +102,27 @@ def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
     return None
 
 
-def decide(outcome: GateOutcome) -> Decision:
-    """Accept iff green up to the benchmark, parity ok and the gate says the candidate beats the best engine."""
+def aa_margin(noise_run: dict[str, Any] | None) -> float | None:
+    """The margin a candidate must clear beyond the gate's own noise bar: ``|speedup − 1| + noise`` of the run's
+    noise run (iteration 0, the engine raced against a copy of itself), or None without one.
+
+    Why: each engine runs in a worker process of its own, and two processes of the same engine can differ
+    steadily (seen on the H200, 2026-12-02: an engine against itself at 1.107 ± 0.008 over 2 rounds, every
+    round "won"), which a per-gate noise bar from a few rounds cannot see. The noise run measures exactly
+    that offset for this machine and engine.
+    """
+    if not noise_run:
+        return None
+    objective = ((noise_run.get("bench") or {}).get("objective")) or {}
+    speedup, noise = as_float(objective.get("speedup")), as_float(objective.get("noise"))
+    if speedup is None or noise is None:
+        return None
+    return abs(speedup - 1.0) + noise
+
+
+def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
+    """Accept iff green up to the benchmark, parity ok, the gate says the candidate beats the best engine and,
+    when ``margin`` (``aa_margin`` of the run's noise run) is given, the speedup clears it too."""
     red = _first_red(outcome, before_bench=True)
     if red:
         return Decision(False, red)
@@ -113,6 +132,9 @@ def decide(outcome: GateOutcome) -> Decision:
     if f["speedup"] is None:
         return Decision(False, "no benchmark objective in the gate result")
     sp = f"speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
+    if f["beats_baseline"] is True and margin is not None and not f["speedup"] - 1.0 > margin:
+        return Decision(False, f"within the noise run's margin: {sp}, but the engine raced against itself was "
+                               f"{margin:.3f} off 1.0 (speedup - 1 must exceed it)")
     if f["beats_baseline"] is True:
         return Decision(True, f"faster: {sp}")
     if f["speedup"] < 1.0 - (f["noise"] or 0.0):

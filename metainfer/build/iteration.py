@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.hashing import harness_digest
-from metainfer.build.decision import Decision, commit_message, decide, decide_baseline, figures, trailers
+from metainfer.build.decision import Decision, aa_margin, commit_message, decide, decide_baseline, figures, trailers
 from metainfer.build.gate_runner import GateOutcome, GateRequest, run_gate
 from metainfer.build.records import utc_now, write_json, write_text
 from metainfer.build.report import iteration_markdown
@@ -89,6 +89,15 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
     return outcome, seed
 
 
+def noise_run_margin(s: Session) -> float | None:
+    """``decision.aa_margin`` of this run's noise run (iteration 0's gate JSON), None when it has none."""
+    path = s.record.iter_dir(0) / "gate.json"
+    try:
+        return aa_margin(json.loads(path.read_text())) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def judge(s: Session, i: int, summary: str, diff: CandidateDiff, harness_before: str, *, baseline: bool = False) -> Verdict:
     """Check, gate and decide one staged candidate; commit it on acceptance (the worktree is left as it was otherwise)."""
     parent = s.worktree.head_sha()
@@ -96,7 +105,7 @@ def judge(s: Session, i: int, summary: str, diff: CandidateDiff, harness_before:
     if early is not None:
         return Verdict(early)
     outcome, seed = run_gate_for(s, i, parent, against_self=baseline)
-    decision = decide_baseline(outcome) if baseline else decide(outcome)
+    decision = decide_baseline(outcome) if baseline else decide(outcome, noise_run_margin(s))
     v = Verdict(decision, outcome, seed)
     if decision.accepted and diff.paths:
         msg = commit_message(summary, trailers(outcome.result, seed, s.record.run_id, i))
