@@ -10,7 +10,6 @@ STAGE = "any-red"
 REASON = ""
 VERDICT = "timeout"
 OLD_GATE = "hung the gate"
-OPEN = "A: harness/parity.py:71-72 (382a059) releases the slots on the worker the timeout just killed, so 'worker is closed' (crashed) replaces the timeout verdict"
 
 
 def apply(engine_dir: Path) -> None:
