@@ -260,7 +260,7 @@ def _break(engine: Path, old: str, new: str, file: str = "model.py") -> None:
 
 def test_broken_layer_fails_and_is_named(rendered, tiny_checkpoint, tmp_path):
     engine = rendered("bf16", tmp_path / "broken")
-    old = "mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid)"
+    old = "mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)"
     _break(engine, old, old + " * (3.0 if i == 5 else 1.0)")  # layer 5's MoE output tripled
     out = tmp_path / "parity.json"
     proc = CliRunner().invoke(app, ["parity", "--engine", str(engine), "--checkpoint", str(tiny_checkpoint("bf16")),
@@ -276,15 +276,14 @@ def test_broken_layer_fails_and_is_named(rendered, tiny_checkpoint, tmp_path):
 def test_subtle_bug_passes_old_tolerance_but_fails_new(rendered, tiny_checkpoint, tmp_path):
     """Top-k routing weights left unnormalised (``norm_topk_prob`` ignored): on the init-v1 checkpoint logits
     moved by 15-25 %, inside the unscaled-init tolerances (0.43 / 0.69); on init v2 (skewed routing, wide
-    norms) by about 50 %, over today's logits tolerances on their own."""
+    norms) by about 30 %, caught by the per-prompt decode figure or the pooled per-layer update figure."""
     from harness.parity import run_parity
 
     engine = rendered("bf16", tmp_path / "unnormalised")
     _break(engine, "weights = weights / weights.sum(-1, keepdim=True)", "weights = weights", file="kernels/reference.py")
     res = run_parity(engine, tiny_checkpoint("bf16"), seed=3, lengths=(3, 65), steps=4)
     assert not res.ok, format_table(res)
-    worst = max(res.max_rel_err, res.max_decode_rel_err)
-    assert max(res.tolerance, res.decode_tolerance) < worst
+    assert res.update_failures or any(not p.ok for p in res.prompts), format_table(res)
     assert all(any("rel err" in f for f in p.failures) for p in res.prompts if not p.ok)
 
 

