@@ -6,13 +6,14 @@ very weights the engine reads. For an NVFP4 checkpoint it gets the dequantized e
 Every sequence runs alone (batch 1, no padding, no attention mask), so the reference has no
 batching effects of its own to explain away.
 
-Greedy generation is a loop of full forwards (no KV/state cache): slower than HF's cached
-decode, but correct by construction and independent of HF's cache API, which changes
-between transformers releases.
+Greedy continuations are drafted with HF's own cache and then checked against one uncached
+full forward (``Reference.run``): every logit the judge compares comes from an uncached forward,
+and each continuation token is the argmax of the returned row that predicted it.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,14 +185,50 @@ class Reference:
             raise RuntimeError(f"captured {len(captured)} hidden states, expected {self.num_layers + 1}")
         return torch.stack(captured)
 
+    def _cache_kwarg(self) -> str:
+        """The forward's cache keyword: ``cache`` in newer transformers 5.x, ``past_key_values`` before (5.17 on the H200)."""
+        params = inspect.signature(self.model.forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
+
+    @torch.no_grad()
+    def _greedy_cached(self, tokens: list[int], n: int) -> list[int]:
+        """``n`` greedy tokens after ``tokens`` with HF's own KV/recurrent cache: one forward over the
+        prefix, then one single-token forward per step. EOS is not special (no generation config applies)."""
+        kw = self._cache_kwarg()
+        out = self.model(input_ids=self._ids(tokens), use_cache=True)
+        picked: list[int] = []
+        for step in range(n):
+            picked.append(int(out.logits[0, -1].argmax()))
+            if step == n - 1:
+                break
+            cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+            if cache is None:
+                raise RuntimeError("the HF model returned no cache for use_cache=True; transformers' cache API changed")
+            out = self.model(input_ids=self._ids(picked[-1:]), use_cache=True, **{kw: cache})
+        return picked
+
     @torch.no_grad()
     def run(self, prompt: list[int], n: int) -> ReferenceRun:
-        """Greedy continuation of ``n`` tokens, then teacher-forced logits over prompt + continuation.
+        """Greedy continuation of ``n`` tokens and teacher-forced logits float32 [P + n, V] over prompt + continuation.
 
-        Each greedy step is a full forward over the sequence so far (argmax of the last row;
-        ``torch.argmax`` returns the lowest id on exact ties). Costs n + 1 forwards.
+        The continuation is greedy *under the returned logits*: token j is ``argmax`` of row P - 1 + j
+        (``torch.argmax``: the lowest id on exact ties). It is drafted with HF's cache (one prefix forward
+        plus n single-token steps), then checked against one uncached full forward; from the first row whose
+        argmax differs from the draft (a near tie the cached path resolved the other way) the draft is
+        redone, so a run costs two full forwards plus n cached steps in the common case and at most n + 1
+        rounds. Rows are computed without a cache, like every other reference output.
         """
-        tokens = list(prompt)
-        for _ in range(n):
-            tokens.append(int(self.logits(tokens)[-1].argmax()))
-        return ReferenceRun(list(prompt), tokens[len(prompt):], self.logits(tokens))
+        p = len(prompt)
+        tokens = list(prompt) + self._greedy_cached(list(prompt), n) if n else list(prompt)
+        for _ in range(n + 1):
+            logits = self.logits(tokens)
+            picks = logits[p - 1 : p - 1 + n].argmax(-1).tolist()
+            wrong = next((j for j in range(n) if picks[j] != tokens[p + j]), None)
+            if wrong is None:
+                break
+            keep = tokens[: p + wrong] + [picks[wrong]]
+            rest = n - wrong - 1
+            tokens = keep + (self._greedy_cached(keep, rest) if rest else [])
+        else:
+            raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds")
+        return ReferenceRun(list(prompt), tokens[p:], logits)

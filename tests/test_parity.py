@@ -190,6 +190,47 @@ def test_reference_hidden_states_and_greedy_are_consistent(reference):
         reference.logits([reference.vocab_size])
 
 
+def test_reference_cached_continuation_is_the_uncached_greedy_loop(reference):
+    """The cached draft gives the tokens of the plain definition (n + 1 uncached forwards, argmax of the last row)."""
+    for prompt in make_prompts(11, reference.vocab_size, (1, 17, 70)):
+        tokens = list(prompt.tokens)
+        for _ in range(6):
+            tokens.append(int(reference.logits(tokens)[-1].argmax()))
+        run = reference.run(prompt.tokens, 6)
+        assert run.continuation == tokens[len(prompt.tokens):]
+        assert rel_l2(run.logits, reference.logits(tokens)) < 1e-6
+
+
+def test_reference_repairs_a_draft_that_is_not_greedy(reference):
+    """A draft token that is not the argmax of its teacher-forced row is redone from there (a near tie the
+    cached path resolved the other way), one position per round at worst."""
+    from harness.reference import Reference
+
+    class Skewed(Reference):  # the first draft's third token is the runner-up, as a cache-path tie would give
+        drafts = 0
+
+        def _greedy_cached(self, tokens, n):
+            out = super()._greedy_cached(tokens, n)
+            Skewed.drafts += 1
+            if Skewed.drafts == 1:
+                row = self.logits(list(tokens) + out[:2])[-1]
+                out[2] = int(row.topk(2).indices[1])
+            return out
+
+    skewed = Skewed(reference.model, reference.device, reference.dtype)
+    tokens = make_prompts(12, reference.vocab_size, (9,))[0].tokens
+    run = skewed.run(tokens, 5)
+    assert Skewed.drafts == 2 and run.continuation == reference.run(tokens, 5).continuation
+    assert run.continuation == run.logits[8:13].argmax(-1).tolist()
+
+    class Never(Reference):  # every drafted token is wrong: each round still fixes one more position
+        def _greedy_cached(self, tokens, n):
+            return [(t + 1) % self.vocab_size for t in super()._greedy_cached(tokens, n)]
+
+    assert Never(reference.model, reference.device, reference.dtype).run(tokens, 3).continuation == \
+        reference.run(tokens, 3).continuation
+
+
 def test_reference_loading_is_strict(tiny_checkpoint):
     from harness.reference import Reference
     from metainfer.checkpoint import CheckpointReader
