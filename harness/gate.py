@@ -276,6 +276,9 @@ def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limit
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m harness.gate``; returns the exit status (0 green, 1 red, 2 usage)."""
+    from harness.worker import SHARED_TRITON_CACHE_ENV
+
+    os.environ.pop(SHARED_TRITON_CACHE_ENV, None)  # a gate's workers never share compiled kernels
     try:
         args = parse_args(argv)
     except UsageError as err:

@@ -35,6 +35,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Environment variables passed on to a worker (plus every ``TRITON_*`` but the cache folder); nothing else.
 PASSED_ENV = ("PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
               "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
+#: a Triton cache folder every worker of this process shares, for trusted engines only (the mutation suite on the
+#: GPU, where each engine load would otherwise recompile every kernel); ``python -m harness.gate`` removes it from
+#: its environment, since through a shared cache one worker could plant a compiled kernel that another loads.
+SHARED_TRITON_CACHE_ENV = "METAINFER_TRUSTED_TRITON_CACHE"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".git")
 
 
@@ -168,7 +172,8 @@ class Worker:
         env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         env |= {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
         w = str(self.work)
-        env |= {"HOME": w, "TMPDIR": f"{w}/tmp", "TRITON_CACHE_DIR": f"{w}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{w}/inductor",
+        triton_cache = os.environ.get(SHARED_TRITON_CACHE_ENV) or f"{w}/triton"
+        env |= {"HOME": w, "TMPDIR": f"{w}/tmp", "TRITON_CACHE_DIR": triton_cache, "TORCHINDUCTOR_CACHE_DIR": f"{w}/inductor",
                 "XDG_CACHE_HOME": f"{w}/cache", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{w}/pycache",
                 "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
                 "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}

@@ -282,3 +282,20 @@ def load(*a, **k):
     res = run_parity(engine, tiny_checkpoint("bf16"), seed=1, lengths=(3,), steps=2,
                      limits=WorkerLimits(120, 120, 6, 120, 600))
     assert not res.ok and res.verdict == "timeout" and "engine.decode" in res.error, res.error
+
+
+def test_a_shared_triton_cache_is_for_trusted_runs_and_never_reaches_a_gate(tmp_path, monkeypatch):
+    """Workers share one Triton cache only when the judge's environment names it (the GPU mutation suite);
+    otherwise each has its own, and ``python -m harness.gate`` drops the variable before starting any worker."""
+    from types import SimpleNamespace
+
+    from harness import gate
+    from harness.worker import SHARED_TRITON_CACHE_ENV, Worker
+
+    me = SimpleNamespace(work=tmp_path / "w")
+    monkeypatch.delenv(SHARED_TRITON_CACHE_ENV, raising=False)
+    assert Worker._env(me)["TRITON_CACHE_DIR"] == f"{tmp_path}/w/triton"
+    monkeypatch.setenv(SHARED_TRITON_CACHE_ENV, str(tmp_path / "shared"))
+    assert Worker._env(me)["TRITON_CACHE_DIR"] == str(tmp_path / "shared")
+    assert gate.main(["--engine", str(tmp_path / "none"), "--checkpoint", str(tmp_path / "none")]) != 0
+    assert SHARED_TRITON_CACHE_ENV not in os.environ

@@ -13,12 +13,17 @@
 # engine on the full GPU set and, on a short set (65, 2049 and one drawn in [3000, 4000], 32 steps), the
 # mutants the CPU cannot judge or that act on GPU-only kernels: MUTANT_ARGS replaces that selection
 # (MUTANT_ARGS="" runs all 32 on the full set: about 30-40 min).
+# The suite's engines are our own mutants, not candidates, so its workers share one Triton cache (each full-size
+# load would otherwise recompile every kernel) and run as plain processes (a namespace worker mounts it read-only).
+# The unmutated engine's row times the GPU parity set itself (the gate's parity stage at full size).
 set -uo pipefail
 START=$(date +%s)
 LIMIT=${CALL_LIMIT_S:-560}
 MODE=${1:?usage: mutants_full.sh start|wait}
 source scripts/h200/env.sh
-CK=/tmp/ck-qwen3.6-35b-a3b-nvfp4
+CK=${CK:-/tmp/ck-qwen3.6-35b-a3b-nvfp4}
+SEED=${SEED:-1234}
+export METAINFER_ISOLATION=process METAINFER_TRUSTED_TRITON_CACHE=/tmp/mi-triton-shared
 RES=/tmp/mutants; mkdir -p "$RES"
 ONLY=""
 for m in gdn_state_bf16 rope_slow_pairs_dropped attn_window qk_norm_swapped q_norm_skipped attn_scale \
@@ -32,7 +37,7 @@ trap collect EXIT
 
 if [ "$MODE" = start ]; then
   [ -f "$CK/model.safetensors.index.json" ] || metainfer checkpoint --model qwen3.6-35b-a3b --quant nvfp4 \
-    --out "$CK" --seed 1234 --force > "$RES/checkpoint.log" 2>&1 || { tail -5 "$RES/checkpoint.log"; exit 1; }
+    --out "$CK" --seed "$SEED" --force > "$RES/checkpoint.log" 2>&1 || { tail -5 "$RES/checkpoint.log"; exit 1; }
   # setsid: the suite keeps running after this call returns (until the machine goes back)
   setsid nohup bash -c "metainfer mutants --model qwen3.6-35b-a3b --quant nvfp4 --gpu h200 --device cuda \
       --checkpoint $CK --json $RES/mutants.json $ARGS > $RES/mutants.txt 2> $RES/mutants.log" < /dev/null &
