@@ -1,0 +1,67 @@
+"""Layer-local reference outputs: every HF decoder layer applied to the engine's own input to it (docs/PARITY.md,
+"Layer-local parity").
+
+An engine computing in bfloat16 drifts from the float32 reference through the whole network: rounding in
+one layer moves every later layer's input, and the model amplifies it (about 5 % of the logits on the tiny
+checkpoint). A precision cut of one op adds an error of about that size or smaller and hides in that
+drift. Fed the engine's hidden state ``h[l]`` as its input, reference layer ``l`` shows what the layer
+*should* have written from there, so the engine's update ``h[l+1] − h[l]`` is compared with an error of
+that one layer only; the same for the final norm and ``lm_head`` from ``h[L]``.
+
+Runs where the reference model is (the reference worker: op ``reference.local``); one forward per call,
+hooks swap each layer's input, so it needs nothing of the layer's signature beyond its first argument.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.reference import Reference
+
+
+@torch.no_grad()
+def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each reference layer ``l`` run on ``hidden[l]`` (the causal sequence ``tokens``, positions 0 … T − 1).
+
+    Args:
+        ref: the reference (any device and dtype; ``hidden`` is cast to them).
+        tokens: the T token ids ``hidden`` belongs to (the embedding lookup runs but its output is replaced).
+        hidden: float32 [L + 1, T, H]: index 0 the embeddings, l + 1 the output of layer l (the engine's
+            ``prefill(..., return_hidden=True)`` layout).
+    Returns:
+        ``outputs`` float32 [L, T, H] on CPU (layer l's output from input ``hidden[l]``) and ``logits`` float32
+        [T, V] on CPU (``lm_head(norm(hidden[L]))``).
+    Raises:
+        ValueError: ``hidden`` is not [L + 1, len(tokens), H] for this model, or is not finite.
+    """
+    inner = ref.model.model
+    n_layers = len(inner.layers)
+    if hidden.ndim != 3 or hidden.shape[0] != n_layers + 1 or hidden.shape[1] != len(tokens):
+        raise ValueError(f"hidden states of shape {tuple(hidden.shape)}; expected [{n_layers + 1}, {len(tokens)}, H]")
+    if not torch.isfinite(hidden).all():
+        raise ValueError("hidden states hold NaN/Inf; layer-local outputs are undefined")
+    h = hidden.to(device=ref.device, dtype=ref.dtype)
+    outputs: list[torch.Tensor] = []
+
+    def feed(index: int):
+        def pre(_module, args, kwargs):
+            return (h[index].unsqueeze(0), *args[1:]), kwargs
+        return pre
+
+    def grab(_module, _inputs, output):
+        out = output[0] if isinstance(output, tuple) else output
+        outputs.append(out[0].float().cpu())
+
+    handles = []
+    for l, layer in enumerate(inner.layers):
+        handles.append(layer.register_forward_pre_hook(feed(l), with_kwargs=True))
+        handles.append(layer.register_forward_hook(grab))
+    handles.append(inner.norm.register_forward_pre_hook(feed(n_layers), with_kwargs=True))
+    try:
+        logits = ref.model(input_ids=ref._ids(tokens), use_cache=False).logits[0].float().cpu()
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(outputs) != n_layers:
+        raise RuntimeError(f"captured {len(outputs)} layer outputs, expected {n_layers}")
+    return {"outputs": torch.stack(outputs), "logits": logits}
