@@ -21,22 +21,83 @@ earlier. Nothing is executed here. The rules (name tables and the threads decisi
 - ``path-escape``: an absolute path literal, a ``..`` component, or ``__file__`` climbed past the
   engine folder (``parents[i]`` / ``.parent`` chains / ``os.path.dirname`` nesting).
 - ``monkeypatch``: assigning an attribute of an imported module, or ``setattr`` on torch/numpy/builtins/...
+
+A capability is refused however it is named: a refused module reached as another module's attribute
+(``torch.multiprocessing``, ``os.sys``, ``numpy.ctypeslib.ctypes``), a dunder name built from pieces
+(``"__glo" + "bals__"``), ``getattr`` passed around, ``operator.methodcaller``, ``__getattribute__``/``__self__``,
+library functions that run code from strings (``cProfile``, ``pdb``, ``doctest``) and unpickling switches
+(``weights_only=False``, ``allow_pickle=True``). A name computed from data (read from a file) is beyond any AST
+rule: the worker's isolation (docs/CONTRACTS.md) is the wall, these rules the first line.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from harness.static_rules import (
     ALLOWED_METAINFER, DYNAMIC_TARGETS, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
-    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, PATCH_ROOTS, PROC_WORDS, WRITE_METHODS,
+    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, PROC_WORDS, UNPICKLING_KEYWORDS,
+    WRITE_METHODS,
 )
 from harness.static_scopes import ScopeTracker
 
 #: Calls whose first argument is module source or a module name.
 _DYNAMIC_IMPORTS = {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
 _OPENERS = {"open", "builtins.open"}
+#: Attribute getters: passed around as values, their object and name are out of sight.
+_GETTERS = {"getattr", "builtins.getattr", "setattr", "builtins.setattr", "delattr", "builtins.delattr", "vars", "builtins.vars"}
+
+
+def _pieces(node: ast.AST) -> list[str] | None:
+    """The string constants of a string built from pieces (``a + b``, f-strings, ``"".join([...])``, ``"%s%s" % (...)``),
+    in order, a computed part as ''; None when ``node`` is not such a construction."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _pieces(node.left), _pieces(node.right)
+        if left is None and right is None and not any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                                                      for n in (node.left, node.right)):
+            return None
+        return (left or [_const(node.left)]) + (right or [_const(node.right)])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for a, b in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(a, ast.Constant) and isinstance(a.value, str) and isinstance(b, ast.Constant) and isinstance(b.value, int):
+                return [a.value * max(0, min(b.value, 64))]
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
+            and isinstance(node.left.value, str):
+        args = node.right.elts if isinstance(node.right, (ast.Tuple, ast.List)) else [node.right]
+        return [node.left.value.replace("%s", "")] + [_const(a) for a in args]
+    if isinstance(node, ast.JoinedStr):
+        return [_const(v) for v in node.values]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "format") \
+            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str):
+        if node.func.attr == "join" and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
+            return [_const(e) for e in node.args[0].elts]
+        if node.func.attr == "format":
+            return [node.func.value.value.replace("{}", "")] + [_const(a) for a in node.args]
+    return None
+
+
+def _const(node: ast.AST) -> str:
+    inner = _pieces(node)
+    if inner is not None:
+        return "".join(inner)
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else _COMPUTED
+
+
+_COMPUTED = "\x00"  # stands for a computed part of a built string
+_DUNDER_EDGE = re.compile(r"^__[A-Za-z]|[A-Za-z]__$")
+
+
+def _built_dunder(node: ast.AST) -> str | None:
+    """The dunder-looking text a string construction spells (``"__glo" + "bals__"``: two underscores written next
+    to a written letter at either end), or None."""
+    pieces = _pieces(node)
+    if not pieces:
+        return None
+    text = "".join(pieces)
+    return text.replace(_COMPUTED, "{}") if _DUNDER_EDGE.search(text) else None
 
 
 @dataclass(frozen=True)
@@ -131,6 +192,11 @@ class _Visitor(ScopeTracker):
             self.add(node, "forbidden-call", f"reads {name}: {FORBIDDEN_ATTRS[name]}")
         elif name in _OPENERS and id(node) not in self.called:
             self.add(node, "file-write", "passes the builtin open around (its mode is out of sight): call open(path) to read")
+        elif name in _GETTERS and id(node) not in self.called:
+            self.add(node, "forbidden-call", f"passes {name} around (the object and the attribute name are out of sight): call it")
+        if "." in name and isinstance(node, ast.Attribute) and (why := forbidden_module(name)) is not None \
+                and not why.startswith("imports metainfer"):  # torch.multiprocessing: a refused module reached as an attribute
+            self.add(node, "forbidden-import", f"reaches {name} through its parent module: {why.split(': ', 1)[-1]}")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES and not self.bound(node.id):
@@ -144,6 +210,9 @@ class _Visitor(ScopeTracker):
             self._reference(node, name)
         if node.attr in INTROSPECTION_ATTRS:
             self.add(node, "forbidden-call", f"reads .{node.attr}: frames, code objects and globals could reach the judge's data")
+        elif node.attr in MODULE_ATTRS and name != node.attr and (name is None or forbidden_module(name) is None):
+            self.add(node, "forbidden-call", f"reaches the module {node.attr} as an attribute ({name or '.' + node.attr}): its rules "
+                     f"would not apply; import it by name (or rename an attribute of your own called {node.attr!r})")
         if node.attr == "__dict__" and (base := self.dotted(node.value)) and base.split(".")[0] in DYNAMIC_TARGETS:
             self.add(node, "forbidden-call", f"reads {base}.__dict__: module namespaces hide what is called")
         if node.attr == "parent" and self._climb(node) > self.depth:
@@ -153,6 +222,12 @@ class _Visitor(ScopeTracker):
     # calls -----------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         self.called.add(id(node.func))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "format"):
+            self._dunder(node)
+        for kw in node.keywords:
+            if kw.arg in UNPICKLING_KEYWORDS and not (isinstance(kw.value, ast.Constant) and kw.value.value is (not UNPICKLING_KEYWORDS[kw.arg])):
+                self.add(node, "forbidden-call", f"{kw.arg}={ast.unparse(kw.value)}: unpickling runs stored code; weights come only "
+                         "through metainfer.checkpoint")
         name = self.dotted(node.func)
         if name is not None and not (isinstance(node.func, ast.Name) and self.bound(node.func.id)):
             self._check_call(node, name)
@@ -195,6 +270,12 @@ class _Visitor(ScopeTracker):
                 self.add(node, "monkeypatch", f"{name}({target}, ...) patches a module or class the judge also uses")
         if name in ("getattr", "builtins.getattr", "setattr", "builtins.setattr", "hasattr") and len(node.args) >= 2:
             self._check_getattr(node, name)
+        if name == "operator.attrgetter":
+            for a in node.args:
+                text = a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+                if text is None or any(p in INTROSPECTION_ATTRS or p in MODULE_ATTRS or p.startswith("__") for p in text.split(".")):
+                    self.add(node, "forbidden-call", "operator.attrgetter of a computed, dunder or module name hides what is "
+                             "read; name the attribute")
         if name == "os.path.dirname" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with nested os.path.dirname(__file__)")
 
@@ -245,6 +326,21 @@ class _Visitor(ScopeTracker):
         if isinstance(node.value, ast.Attribute) and node.value.attr == "parents" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with parents[...] of __file__")
         self.generic_visit(node)
+
+    def _dunder(self, node: ast.AST) -> bool:
+        text = _built_dunder(node)
+        if text is not None:
+            self.add(node, "forbidden-call", f"builds the dunder name {text!r} from pieces: a string-built dunder name reaches "
+                     "frames, globals or builtins past the rules; write the attribute out")
+        return text is not None
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if not self._dunder(node):
+            self.generic_visit(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        if not self._dunder(node):
+            self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         v = node.value

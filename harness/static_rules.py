@@ -29,8 +29,9 @@ FORBIDDEN_ROOTS: dict[str, str] = {
                     "unpickling runs stored code"),
     **dict.fromkeys(("ctypes", "_ctypes", "cffi"), "native code outside the source rules"),
     **dict.fromkeys(("zipimport", "runpy", "imp", "pkgutil", "code", "codeop", "py_compile", "compileall", "site",
-                     "timeit", "_io", "_imp", "tempfile"),
-                    "loads, compiles or runs code that is not the engine's .py source, or writes files"),
+                     "timeit", "_io", "_imp", "tempfile", "cProfile", "profile", "_lsprof", "pdb", "bdb", "doctest", "trace",
+                     "unittest", "idlelib", "lib2to3", "pydoc"),
+                    "loads, compiles or runs code that is not the engine's .py source (from a string or a file), or writes files"),
     **dict.fromkeys(("sqlite3", "dbm", "zipfile", "tarfile"), "writes files"),
     **dict.fromkeys(("threading", "_thread", "concurrent", "asyncio", "sched", "atexit", "signal", "faulthandler"),
                     "threads and hooks keep running while the other engine is timed (see harness/static_rules.py)"),
@@ -40,6 +41,11 @@ FORBIDDEN_MODULES: dict[str, str] = {
     **dict.fromkeys(("importlib.machinery", "importlib.util", "importlib.abc", "importlib._bootstrap",
                      "importlib._bootstrap_external"), "module loaders run files that are not the engine's .py source"),
     "torch.utils.cpp_extension": "builds and loads native extension modules",
+    "numpy.ctypeslib": "native code outside the source rules (it hands out ctypes)",
+    **dict.fromkeys(("torch.multiprocessing", "torch.utils.data", "torch.distributed"),
+                    "starts processes or threads that keep running while the other engine is timed"),
+    **dict.fromkeys(("torch.serialization", "torch.package", "torch._weights_only_unpickler"),
+                    "unpickling runs stored code; weights come only through metainfer.checkpoint"),
     "logging.handlers": "writes files", "torch.utils.tensorboard": "writes files",
 }
 ALLOWED_METAINFER = ("metainfer.checkpoint", "metainfer.formats")
@@ -72,6 +78,7 @@ FORBIDDEN_CALLS: dict[str, str] = {
     **dict.fromkeys(("eval", "exec", "compile", "builtins.eval", "builtins.exec", "builtins.compile"),
                     "runs code that is not the engine's source; write the code out"),
     **dict.fromkeys(("torch.ops.load_library", "torch.classes.load_library"), "loads a native extension module"),
+    "operator.methodcaller": "calls a method named by a string the rules cannot follow; call the method by name",
 }
 #: Dotted prefixes refused like FORBIDDEN_CALLS.
 FORBIDDEN_PREFIXES: dict[str, str] = {
@@ -91,7 +98,16 @@ FORBIDDEN_ATTRS: dict[str, str] = {
 }
 #: Attribute names refused on any object: frames, code objects, function globals, the class tree.
 INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame",
-                       "__traceback__", "__globals__", "__code__", "__subclasses__", "__builtins__", "__loader__"}
+                       "__traceback__", "__globals__", "__code__", "__subclasses__", "__builtins__", "__loader__",
+                       "__getattribute__", "__closure__", "__func__", "__self__", "__reduce__", "__reduce_ex__", "__spec__"}
+#: Attribute names that are modules the rules refuse or watch: reached through another module (``os.sys.modules``,
+#: ``numpy.ctypeslib.ctypes``, ``torch.multiprocessing``), they would dodge the import and dotted-name rules.
+MODULE_ATTRS = {"os", "sys", "io", "builtins", "importlib", "shutil", "ctypes", "_ctypes", "pickle", "_pickle", "marshal",
+                "subprocess", "_posixsubprocess", "multiprocessing", "threading", "_thread", "socket", "signal", "posix",
+                "gc", "inspect", "traceback", "runpy", "zipimport", "cProfile", "pdb", "doctest"}
+#: Keyword arguments that turn a loader into an unpickler (``torch.load(..., weights_only=False)``,
+#: ``numpy.load(..., allow_pickle=True)``): refused on any call.
+UNPICKLING_KEYWORDS = {"weights_only": False, "allow_pickle": True}
 #: Bare names refused (they reach builtins or the module's loader).
 FORBIDDEN_NAMES = {"__builtins__", "__loader__"}
 #: Path methods that change the file system (pathlib only; names with other common meanings are not here).

@@ -118,6 +118,33 @@ BAD = [
     ("import sqlite3", "forbidden-import", "sqlite3"),
     ("def f(prof):\n    prof.export_chrome_trace('t.json')", "file-write", "export_chrome_trace"),
     ("import sys\nsys.setswitchinterval(10.0)", "forbidden-call", "setswitchinterval"),
+    # attempts of session 2 (R): capabilities reached through string-built names, other modules' attributes,
+    # library functions that run code, unpicklers and process starters inside torch
+    ("def f(g):\n    return getattr(g, '__glo' + 'bals__')", "forbidden-call", "'__globals__' from pieces"),
+    ("S = {}\nB = S['_' * 2 + 'builtins' + '_' * 2]", "forbidden-call", "'__builtins__' from pieces"),
+    ("N = ''.join(['__imp', 'ort__'])", "forbidden-call", "'__import__' from pieces"),
+    ("N = '%s%s' % ('__cl', 'osure__')", "forbidden-call", "'__closure__' from pieces"),
+    ("import importlib, operator\nT = operator.methodcaller('import_module', 'thr' + 'eading')(importlib)",
+     "forbidden-call", "operator.methodcaller"),
+    ("import operator\nG = operator.attrgetter('__globals__')", "forbidden-call", "attrgetter"),
+    ("import functools\nM = functools.reduce(getattr, ['modules'], object)", "forbidden-call", "passes getattr around"),
+    ("import os\nF = os.__getattribute__('fo' + 'rk')", "forbidden-call", "__getattribute__"),
+    ("F = print.__self__", "forbidden-call", "__self__"),
+    ("import os\nM = os.sys.modules", "forbidden-call", "module sys as an attribute"),
+    ("import pathlib\nO = pathlib.io.open", "forbidden-call", "module io as an attribute"),
+    ("import torch.multiprocessing as mp", "forbidden-import", "torch.multiprocessing"),
+    ("import torch\nP = torch.multiprocessing.Process", "forbidden-import", "torch.multiprocessing"),
+    ("from torch.utils.data import DataLoader", "forbidden-import", "torch.utils.data"),
+    ("import torch.serialization as ser", "forbidden-import", "unpickling"),
+    ("import torch\nW = torch.serialization.load('w.txt')", "forbidden-import", "unpickling"),
+    ("def f(x):\n    return x(weights_only=False)",
+     "forbidden-call", "weights_only=False"),
+    ("import numpy\ndef f(p):\n    return numpy.lib.format.read_array(p, allow_pickle=True)", "forbidden-call", "allow_pickle"),
+    ("import numpy.ctypeslib as nc\nL = nc.ctypes.CDLL(None)", "forbidden-import", "ctypes"),
+    ("import cProfile\ndef f(src):\n    cProfile.Profile().runctx(src, {}, {})", "forbidden-import", "cProfile"),
+    ("import pdb", "forbidden-import", "pdb"),
+    ("import doctest", "forbidden-import", "doctest"),
+    ("import trace", "forbidden-import", "trace"),
 ]
 
 
@@ -161,6 +188,17 @@ ALLOWED = [
     "import importlib\nHAS = importlib.import_module('triton') is not None",
     "P = 'processed'\nQ = {'proc_count': 1}",
     "import logging\nLOG = logging.getLogger(__name__)\ndef f():\n    LOG.info('loaded')",
+    # honest look-alikes of session 2's rules: computed names that are not dunders, a reduce, attrgetter of a field,
+    # weights_only=True, a class's own __getattr__
+    "KEYS = {f'moe_ops_{b}_{f}': b for b in 'sml' for f in ('block_m', 'split_k')}",
+    "def f(self, name):\n    return getattr(self, name)",
+    "def f(mod, op):\n    return getattr(mod, f'{op}_kernel')",
+    "import functools, operator\nN = functools.reduce(operator.mul, (2, 3), 1)",
+    "import operator\nK = operator.attrgetter('weight')",
+    "N = 'layers.' + str(3) + '.mlp.__dunder_free'.strip('_')",
+    "def f(load, p):\n    return load(p, weights_only=True)",
+    "class W:\n    def __getattr__(self, name):\n        raise AttributeError(name)",
+    "import torch\nC = torch.utils.checkpoint.checkpoint",
 ]
 
 
