@@ -1,10 +1,15 @@
-"""The gate: ``python -m harness.gate`` runs static -> parity -> bench and writes one JSON.
+"""The gate: ``python -m harness.gate`` runs static -> parity -> bench (-> profile) and writes one JSON.
 
 Contract (docs/CONTRACTS.md, "The gate"): stages run in order and the gate stops at the first
 red one, so nothing is timed on a red parity gate; the JSON (schema 2, ``harness.result``) is
 rewritten atomically after every stage (and once before the first), so a gate killed from outside
 leaves what it had, with ``complete: false`` and ``running`` naming the stage it was in.
 Exit status: 0 green, 1 red, 2 usage error (bad arguments, missing folders, wrong GPU).
+
+The ``profile`` stage (``harness.profile``; default on a GPU, off on the CPU) is advisory: it runs
+last, on the candidate, and its result lands under the JSON's ``profile`` key; when it fails
+(``fail``/``timeout``/``crashed``) that key records ``ok: false``, its verdict and error, it is left
+out of ``stages`` and the gate's verdict stands. Tampering during it is still a red stage.
 
 The judge never imports engine code: every stage runs the engines (and the HF reference) in
 worker processes of their own (``harness.worker``), each call under a wall-clock limit. A stage
@@ -32,7 +37,12 @@ from harness.env import env_info
 from harness.hashing import harness_digest
 from harness.result import GateResult, StageResult
 
-STAGES = ("static", "parity", "bench")
+STAGES = ("static", "parity", "bench", "profile")
+
+
+def default_stages(gpu: str) -> tuple[str, ...]:
+    """Stages run when ``--stages`` is not given: all on a GPU, all but the (costly, advisory) profile on the CPU."""
+    return STAGES if gpu != "cpu" else tuple(s for s in STAGES if s != "profile")
 
 
 class UsageError(ValueError):
@@ -59,6 +69,8 @@ class GateArgs:
     timeout_scale: float = 1.0
     isolation: str | None = None
     limits: object | None = None  # harness.worker.WorkerLimits; None: WorkerLimits.for_scale(scale) x timeout_scale
+    profile_batch: int = 1
+    profile_timeout: float | None = None  # seconds for the whole profile stage; None: load limit + one call limit
 
     @property
     def device(self) -> str:
@@ -72,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, type=Path, help="checkpoint folder the engine loads")
     p.add_argument("--baseline", type=Path, default=None, help="last accepted engine folder, benchmarked A/B")
     p.add_argument("--gpu", required=True, help="GPU profile; must be the device present (cpu runs everything on the CPU)")
-    p.add_argument("--stages", default=",".join(STAGES), help="comma list, a subset of static,parity,bench (run in that order)")
+    p.add_argument("--stages", default=None, help="comma list, a subset of static,parity,bench,profile (run in that order; "
+                   "default: all on a GPU, all but profile on the CPU)")
     p.add_argument("--seed", type=int, default=None, help="seed of parity inputs and bench prompts (default: fresh, recorded)")
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
@@ -82,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-nonce", type=int, default=None, help="reproduce a gate run: the nonce its JSON records under nonces.gate (default: fresh, secret until the gate ends)")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every worker time limit (defaults per --scale: harness.worker.WorkerLimits)")
     p.add_argument("--isolation", choices=("namespace", "process"), default=None, help="worker isolation (default: the strongest that works here)")
+    p.add_argument("--profile-batch", type=int, default=1, help="sequences B of the profile stage's decode step")
+    p.add_argument("--profile-timeout", type=float, default=None, help="seconds for the whole profile stage (default: load + one call limit)")
     p.add_argument("--json", dest="json_out", required=True, type=Path, help="where the gate JSON goes")
     return p
 
@@ -98,10 +113,11 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
     from metainfer.targets import check_present
 
     a = _parser().parse_args(argv)
-    stages = tuple(s.strip() for s in a.stages.split(",") if s.strip())
+    raw_stages = a.stages if a.stages is not None else ",".join(default_stages(a.gpu))
+    stages = tuple(s.strip() for s in raw_stages.split(",") if s.strip())
     bad = [s for s in stages if s not in STAGES]
     if bad or not stages:
-        raise UsageError(f"--stages {a.stages!r}: choose from {','.join(STAGES)}")
+        raise UsageError(f"--stages {raw_stages!r}: choose from {','.join(STAGES)}")
     stages = tuple(s for s in STAGES if s in stages)
     for flag, path in (("--engine", a.engine), ("--checkpoint", a.checkpoint), ("--baseline", a.baseline)):
         if path is not None and not path.is_dir():
@@ -121,11 +137,13 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
         raise UsageError("--parity-lengths and --parity-steps must be positive")
     if not a.timeout_scale > 0:
         raise UsageError(f"--timeout-scale must be positive, got {a.timeout_scale}")
+    if a.profile_batch < 1 or (a.profile_timeout is not None and not a.profile_timeout > 0):
+        raise UsageError(f"--profile-batch must be at least 1 and --profile-timeout positive, got {a.profile_batch}, {a.profile_timeout}")
     seed = a.seed if a.seed is not None else secrets.randbelow(2**31)
     scale = a.scale or ("cpu" if a.gpu == "cpu" else "full")
     return GateArgs(a.engine.resolve(), a.checkpoint.resolve(), a.baseline.resolve() if a.baseline else None, a.gpu,
                     stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps, a.prompt_nonce,
-                    a.timeout_scale, a.isolation)
+                    a.timeout_scale, a.isolation, profile_batch=a.profile_batch, profile_timeout=a.profile_timeout)
 
 
 def _json_safe(x):
@@ -238,7 +256,7 @@ def run_gate(args: GateArgs) -> GateResult:
 def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limits, isolation: str, gate_nonce: int,
                 shared: dict) -> bool:
     """Run the stages into ``result`` (JSON rewritten before each); True when all are green."""
-    from harness.gate_stages import STAGE_RUNNERS, StageContext, StageOutcome
+    from harness.gate_stages import ADVISORY, STAGE_RUNNERS, StageContext, StageOutcome
     from harness.nonce import stage_nonce
     from harness.worker import STARTS, WorkerFailure
 
@@ -257,16 +275,23 @@ def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limit
         seconds = time.perf_counter() - t0
         result.timings.setdefault("worker_start_s", {})[name] = [s for _, s in STARTS]
         STARTS.clear()
-        if out.block is not None:
+        if out.block is not None and name in ADVISORY:  # not a GateResult field: a top-level key through meta
+            result.meta[name] = out.block
+        elif out.block is not None:
             setattr(result, name, out.block)
         changed = integrity.changes()
         if changed:  # the figures of this stage are void: say so where consumers read them
             out = StageOutcome("tampered", "the judge's files or the checkpoint changed during the stage: "
                                + "; ".join(changed[:8]) + "; engines may write only their own private work folder",
                                {"changes": changed})
-            if isinstance(getattr(result, name, None), dict):
-                getattr(result, name).update({"ok": False, "tampered": changed})
-        if name in ("parity", "bench"):
+            block = result.meta.get(name) if name in ADVISORY else getattr(result, name, None)
+            if isinstance(block, dict):
+                block.update({"ok": False, "tampered": changed})
+        elif name in ADVISORY and out.verdict != "pass":  # recorded, never a red gate
+            result.meta[name] = {"ok": False, "verdict": out.verdict, "error": out.error, "seconds": round(seconds, 3),
+                                 "detail": out.detail, "phases": {}}
+            continue
+        if name in ("parity", "bench", "profile"):
             result.nonces[name] = nonce
         result.stages.append(StageResult(name, out.verdict == "pass", out.verdict, seconds, out.error, out.detail))
         if out.verdict != "pass":
@@ -293,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for st in result.stages:
         print(f"gate: {st.name:<7} {'ok' if st.ok else 'RED'}  {st.verdict:<8} {st.seconds:.1f}s" + (f"  {st.error}" if st.error else ""))
+    prof = result.meta.get("profile")
+    if isinstance(prof, dict) and not prof.get("ok"):
+        print(f"gate: profile failed, not gating: {prof.get('verdict')} {prof.get('seconds')}s  {prof.get('error')}")
     obj = (result.bench or {}).get("objective")
     if obj:
         print(f"gate: speedup {obj['speedup']:.4f} noise {obj['noise']:.4f} beats_baseline {obj['beats_baseline']}")

@@ -1,4 +1,4 @@
-"""The gate's three stages, each running engine code only in worker processes (``harness.worker``).
+"""The gate's stages (static, parity, bench; profile, advisory), each running engine code only in workers (``harness.worker``).
 
 A stage function takes a ``StageContext`` and returns a ``StageOutcome``; it never raises for
 anything the engine did: a worker that overran or died comes back as ``WorkerFailure`` and is
@@ -31,7 +31,7 @@ class StageContext:
 @dataclass
 class StageOutcome:
     """A stage's verdict (``pass``/``fail``/``timeout``/``crashed``), error, detail, and the block it adds to the
-    gate JSON (``parity`` or ``bench``), if any."""
+    gate JSON (``parity``, ``bench`` or ``profile``), if any."""
 
     verdict: str
     error: str | None = None
@@ -94,9 +94,38 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
     return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
 
 
+def stage_profile(ctx: StageContext) -> StageOutcome:
+    """torch.profiler over one prefill and one decode step of the candidate, by op (``harness.profile.run_profile``).
+
+    Advisory: ``harness.gate`` records a red profile under ``profile`` and keeps the gate's verdict (``ADVISORY``).
+    Shapes: P = the bench's prompt length, B = ``--profile-batch``, C = P; the whole stage runs under
+    ``--profile-timeout`` (default: the load limit plus one call limit).
+    """
+    from harness.bench import shapes_for
+    from harness.profile import ProfileConfig, ProfileError, run_profile
+    from metainfer.targets import get_gpu
+
+    a = ctx.args
+    shapes = shapes_for(a.scale)
+    limit = a.profile_timeout or (ctx.limits.load_s + ctx.limits.call_s)
+    config = ProfileConfig(prompt=shapes.prompt, batch=a.profile_batch, context=shapes.prompt, seed=a.seed,
+                           device=a.device, gpu=get_gpu(a.gpu), nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation,
+                           limit_s=limit)
+    try:
+        res = run_profile(a.engine, a.checkpoint, config)
+    except ProfileError as err:
+        return StageOutcome("fail", str(err))
+    block = res.to_json()
+    detail = {p: {"total_ms": b["total_ms"], "kernel_calls": b["kernel_calls"], "roofline_fraction": b["roofline_fraction"]}
+              for p, b in block["phases"].items()}
+    return StageOutcome("pass", None, detail, block)
+
+
 STAGE_RUNNERS: dict[str, Callable[[StageContext], StageOutcome]] = {
-    "static": stage_static, "parity": stage_parity, "bench": stage_bench,
+    "static": stage_static, "parity": stage_parity, "bench": stage_bench, "profile": stage_profile,
 }
+#: stages whose failure is recorded (under their own JSON key) but never turns the gate red
+ADVISORY = frozenset({"profile"})
 
 
 def start_shared(ctx_args: Any, limits: WorkerLimits, isolation: str, parity_nonce: int) -> dict:

@@ -135,6 +135,17 @@ OPS = {"hello": hello, "static": static, "reference.load": reference_load, "refe
        "engine.margins": engine_margins}
 
 
+def engine_profile(prompt: list[int], decode_prompts: list[list[int]], decode_tokens: list[int], warmup: int = 1) -> dict:
+    """torch.profiler over one prefill of ``prompt`` and one decode step of B sequences, after ``warmup`` unprofiled
+    runs of each: per phase, per kernel name its time in ms and calls (``harness.profile_capture.capture``)."""
+    from harness.profile_capture import capture
+
+    return capture(_state["engine"], prompt, decode_prompts, decode_tokens, int(warmup))
+
+
+OPS["engine.profile"] = engine_profile
+
+
 def serve(rfd: int, wfd: int) -> None:
     """Answer requests until the judge closes the pipe."""
     while True:
