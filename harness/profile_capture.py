@@ -30,7 +30,7 @@ def _kernels(prof: Any, cuda: bool) -> list[dict]:
         if cuda:
             if ev.device_type != DeviceType.CUDA:
                 continue
-            us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
+            us = float(ev.time_range.elapsed_us())  # the kernel's own span (device_time_total reads 0 for async events)
         else:
             if ev.device_type != DeviceType.CPU:
                 continue

@@ -176,3 +176,25 @@ def test_a_failed_profile_is_recorded_and_the_gate_stays_green(rendered, tiny_ch
         assert "this engine cannot be profiled" in prof["error"]
     else:  # the stage's own limit, not the 120 s call limit, stopped the hung worker
         assert 20 <= prof["seconds"] < 60 and seconds < 90, (prof["seconds"], seconds)
+
+
+def test_capture_reads_kernel_spans_on_a_gpu_and_cpu_self_time_on_the_cpu():
+    """The worker side's event reading, on torch's own event objects: a GPU run sums kernels' device spans (async
+    ones too) and ignores the CPU ops that launched them; a CPU run sums operators' self time."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from harness.profile_capture import _kernels
+
+    def ev(name, start, end, device, is_async=False):
+        return FunctionEvent(id=1, name=name, thread=0, start_us=start, end_us=end, use_device="cuda", device_type=device,
+                             is_async=is_async)
+
+    events = [ev("aten::mm", 0, 50, DeviceType.CPU), ev("nvjet_sm90_tst", 10, 30, DeviceType.CUDA),
+              ev("nvjet_sm90_tst", 40, 45, DeviceType.CUDA, is_async=True), ev("Memcpy HtoD", 50, 51.5, DeviceType.CUDA)]
+    prof = SimpleNamespace(events=lambda: events)
+    assert _kernels(prof, cuda=True) == [{"name": "nvjet_sm90_tst", "ms": pytest.approx(0.025), "calls": 2},
+                                         {"name": "Memcpy HtoD", "ms": pytest.approx(0.0015), "calls": 1}]
+    assert _kernels(prof, cuda=False) == [{"name": "aten::mm", "ms": pytest.approx(0.05), "calls": 1}]
