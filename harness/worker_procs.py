@@ -5,6 +5,11 @@ left running (a forked child, a thread, a busy loop) can steal CPU or GPU time f
 on the clock. At ``namespace`` isolation a worker's processes are every process in its PID
 namespace (found by the ``/proc/<pid>/ns/pid`` link, which ``setsid`` or a double fork cannot
 leave); at ``process`` isolation its descendants and its process group.
+
+A pid list read from ``/proc`` is stale as soon as it is read: a process that forks a successor and exits
+every few milliseconds would dodge one ``SIGSTOP`` sweep. :func:`stop_all` therefore sweeps until a fixpoint:
+every process found is stopped (state ``T`` in ``/proc/<pid>/stat``, so none is mid-fork) and one more listing
+finds nobody new.
 """
 
 from __future__ import annotations
@@ -71,16 +76,53 @@ def signal_all(pids: list[int], sig: int) -> None:
             continue
 
 
+def _state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` (``R``, ``S``, ``T``, ``Z``...), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 :].split()[0].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_all(root_pid: int, isolation: str, timeout_s: float = 2.0) -> list[int]:
+    """SIGSTOP every process of the worker started as ``root_pid`` until a fixpoint (module docstring); returns the pids
+    stopped (to SIGCONT later). Past ``timeout_s`` (a fork storm) it returns what it stopped so far."""
+    import time
+
+    stopped: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new = [p for p in members(root_pid, isolation) if p not in stopped]
+        signal_all(new, signal.SIGSTOP)
+        stopped.update(new)
+        if new:
+            continue
+        running = [p for p in stopped if _state(p) not in (None, "T", "t", "Z", "X")]
+        if not running:
+            if not [p for p in members(root_pid, isolation) if p not in stopped]:
+                break
+            continue
+        time.sleep(0.0005)
+    return sorted(stopped)
+
+
+def kill_all(root_pid: int, isolation: str) -> None:
+    """SIGKILL every process of the worker started as ``root_pid``: stopped first (:func:`stop_all`, so a fork chain
+    cannot outrun the sweep), then killed."""
+    signal_all(stop_all(root_pid, isolation), signal.SIGKILL)
+    signal_all(members(root_pid, isolation), signal.SIGKILL)
+
+
 @contextmanager
 def paused(workers: list) -> Iterator[None]:
-    """SIGSTOP every process of each ``harness.worker.Worker`` in ``workers`` for the block, SIGCONT after."""
+    """SIGSTOP every process of each ``harness.worker.Worker`` in ``workers`` for the block (:func:`stop_all`), SIGCONT after."""
     stopped = []
     try:
         for w in workers:
             if w.proc is not None:
-                pids = members(w.proc.pid, w.isolation)
-                signal_all(pids, signal.SIGSTOP)
-                stopped.append(pids)
+                stopped.append(stop_all(w.proc.pid, w.isolation))
         yield
     finally:
         for pids in stopped:

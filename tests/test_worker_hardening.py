@@ -1,0 +1,101 @@
+"""Worker walls added after session 2's attempts (R): a fork chain cannot dodge the pause or the kill, a namespace
+worker sees no other worker's folder, its files are capped in size and its work folder is a bounded tmpfs.
+
+Real processes throughout (``sh``/``python`` children under ``harness.worker_isolation.wrap``), no mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import worker_isolation, worker_procs
+
+#: forks a successor and exits every ~2 ms, writing one byte to stdout each hop
+#: (the first process stays: at namespace level it is the namespace's init, whose exit would end the chain)
+HOPPER = ("import os, time\nif os.fork() != 0:\n    time.sleep(3600)\n"
+          "while True:\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.002:\n        pass\n"
+          "    os.write(1, b'x')\n    if os.fork() != 0:\n        os._exit(0)\n")
+LEVELS = ["process"] + (["namespace"] if worker_isolation.detect() == "namespace" else [])
+
+
+class _Proc:
+    """What ``worker_procs.paused`` reads of a ``harness.worker.Worker``: ``proc`` and ``isolation``."""
+
+    def __init__(self, proc: subprocess.Popen, isolation: str) -> None:
+        self.proc, self.isolation = proc, isolation
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_fork_chain_neither_runs_while_paused_nor_survives_the_kill(tmp_path, level):
+    out = tmp_path / "hops.txt"
+    work = tmp_path / "work"
+    (work / "tmp").mkdir(parents=True)
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(worker_isolation.wrap([sys.executable, "-c", HOPPER], work, level), stdout=fh, cwd=work,
+                                start_new_session=True)
+    w = _Proc(proc, level)
+    try:
+        deadline = time.monotonic() + 60
+        while out.stat().st_size < 50 and time.monotonic() < deadline:  # hopping
+            time.sleep(0.05)
+        assert out.stat().st_size >= 50
+        grew = []
+        for _ in range(8):
+            with worker_procs.paused([w]):
+                time.sleep(0.02)
+                before = out.stat().st_size
+                time.sleep(0.15)
+                grew.append(out.stat().st_size - before)
+            time.sleep(0.03)
+        assert grew == [0] * 8, f"the chain ran while paused: {grew} bytes per pause"
+        size = out.stat().st_size
+        time.sleep(0.2)
+        assert out.stat().st_size > size  # resumed after each pause
+    finally:
+        worker_procs.kill_all(proc.pid, level)
+        proc.wait(timeout=30)
+    time.sleep(0.3)
+    size = out.stat().st_size
+    time.sleep(0.3)
+    assert out.stat().st_size == size, "a hop survived the kill"
+
+
+@pytest.mark.skipif("namespace" not in LEVELS, reason="no mount/PID namespaces here")
+def test_a_namespace_worker_sees_only_its_own_box_and_writes_within_limits(tmp_path):
+    session = Path(f"/tmp/{worker_isolation.SESSION_PREFIX}{os.getpid()}-t")
+    try:
+        work = session / "mi-a" / "box" / "work"
+        (work / "tmp").mkdir(parents=True)
+        (session / "mi-a" / "box" / "engine").mkdir()
+        (session / "mi-a" / "box" / "engine" / "mine.txt").write_text("own engine")
+        (session / "mi-b" / "box" / "engine").mkdir(parents=True)
+        (session / "mi-b" / "box" / "engine" / "theirs.txt").write_text("other engine")
+        script = (
+            "import os, resource, sys\n"
+            "S = sys.argv[1]\n"
+            "print('own', open(S + '/mi-a/box/engine/mine.txt').read())\n"
+            "print('sessions', sorted(os.listdir(S)))\n"
+            "print('other', os.path.exists(S + '/mi-b/box/engine/theirs.txt'))\n"
+            "print('oom', open('/proc/self/oom_score_adj').read().strip())\n"
+            "print('fsize', resource.getrlimit(resource.RLIMIT_FSIZE)[0])\n"
+            "try:\n    open(S + '/mi-a/box/engine/new.txt', 'w')\nexcept OSError as e:\n    print('engine-ro', e.errno)\n"
+            "fd, chunk, n = os.open('big', os.O_WRONLY | os.O_CREAT), b'0' * 2**24, 0\n"
+            "try:\n    while n <= %d:\n        n += os.write(fd, chunk)\nexcept OSError as e:\n    print('efbig', e.errno)\n"
+        ) % worker_isolation.FILE_LIMIT_BYTES
+        proc = subprocess.run(worker_isolation.wrap([sys.executable, "-c", script, str(session)], work, "namespace"),
+                              capture_output=True, text=True, cwd=work, timeout=120)
+        lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+        assert proc.returncode == 0, proc.stderr
+        assert lines["own"] == "own engine"  # the honest half: its own copy is there
+        assert lines["sessions"] == "['mi-a']" and lines["other"] == "False", proc.stdout
+        assert lines["oom"] == "1000" and int(lines["fsize"]) == worker_isolation.FILE_LIMIT_BYTES
+        assert lines["engine-ro"] == "30" and lines["efbig"] == "27", proc.stdout  # EROFS, EFBIG
+        assert sorted(os.listdir(work)) == ["tmp"]  # the work folder was a tmpfs: nothing reached the judge's disk
+    finally:
+        subprocess.run(["rm", "-rf", str(session)], check=False)
