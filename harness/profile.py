@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import roofline
-from harness.profile_groups import DECODE_ROOFLINE_BASIS, GROUP_NAMES, group_of
+from harness.profile_groups import DECODE_ROOFLINE_BASIS, DECODE_WEIGHT_OPS, GROUP_NAMES, group_of
 from harness.worker import EngineError, Worker, WorkerLimits
 from metainfer.targets import GpuProfile, get_quant
 
@@ -30,7 +30,8 @@ ROOFLINE_NOTE = ("roofline_fraction = roofline time (harness.roofline: max(bytes
                  "kernel time. Per phase: the whole step. Per op only where roofline.py separates that op's traffic: "
                  + ", ".join(f"{op} (decode: {basis})" for op, basis in DECODE_ROOFLINE_BASIS.items())
                  + "; null for every other op (roofline.py counts all linear weights, and prefill FLOPs, as one sum) "
-                 "and everywhere on the CPU.")
+                 "and everywhere on the CPU. Decode's matmul figure: the weight bytes over the summed time of "
+                 + ", ".join(DECODE_WEIGHT_OPS) + ".")
 
 
 def _count(x: float) -> int | float:
@@ -112,6 +113,8 @@ class PhaseProfile:
         tokens, batch, context: what the step did (prefill: P tokens, batch 1, context 0).
         roofline_ms, roofline_fraction: the whole step's roofline time and roofline_ms / total_ms (None on the CPU).
         top: the largest raw kernels.
+        matmul: decode on a GPU: ``{"ops", "ms", "roofline_ms", "roofline_fraction"}`` of the groups that read the
+            weights (``profile_groups.DECODE_WEIGHT_OPS``) against the step's weight bytes; else None.
     """
 
     ops: tuple[OpTime, ...]
@@ -124,13 +127,14 @@ class PhaseProfile:
     roofline_ms: float | None
     roofline_fraction: float | None
     top: tuple[KernelTime, ...]
+    matmul: dict | None = None
 
     def to_json(self) -> dict:
         """The phase's gate-JSON block: ``ops`` first (what the report plots), then totals and the top kernels."""
         return {"ops": [o.to_json() for o in self.ops], "total_ms": self.total_ms, "kernel_calls": _count(self.kernel_calls),
                 "kernel_names": sum(o.kernels for o in self.ops), "wall_ms": self.wall_ms, "tokens": self.tokens,
                 "batch": self.batch, "context": self.context, "roofline_ms": self.roofline_ms,
-                "roofline_fraction": self.roofline_fraction,
+                "roofline_fraction": self.roofline_fraction, "matmul": self.matmul,
                 "top_kernels": [{"name": k.name[:160], "op": group_of(k.name), "ms": k.ms, "calls": _count(k.calls)} for k in self.top]}
 
 
@@ -154,14 +158,15 @@ class ProfileResult:
 
 
 def _kernel_rows(phase: str, raw: dict, steps: int) -> list[KernelTime]:
-    rows = []
+    acc: dict[str, list[float]] = {}
     for k in raw.get("kernels") or []:
         ms, calls = float(k["ms"]), float(k["calls"])
         if not math.isfinite(ms) or ms < 0 or not math.isfinite(calls) or calls < 0:
             raise ProfileError(f"profile {phase}: kernel {str(k['name'])[:80]!r} has time {ms} ms over {calls} calls; "
                                "times must be finite and non-negative")
-        rows.append(KernelTime(str(k["name"]), ms / steps, calls / steps))
-    return rows
+        row = acc.setdefault(str(k["name"]), [0.0, 0.0])
+        row[0], row[1] = row[0] + ms, row[1] + calls
+    return [KernelTime(name, ms / steps, calls / steps) for name, (ms, calls) in acc.items()]
 
 
 def summarize_phase(phase: str, raw: dict, cost: roofline.StepCost | None, gpu: GpuProfile | None, top: int = 12) -> PhaseProfile:
@@ -188,10 +193,16 @@ def summarize_phase(phase: str, raw: dict, cost: roofline.StepCost | None, gpu: 
         ops.append(OpTime(op, ms, calls, n, frac, basis))
     total = sum(k.ms for k in kernels)
     roof_ms = cost.seconds(gpu) * 1e3 if on_gpu else None
+    matmul = None
+    if on_gpu and phase == "decode":
+        mm_ms = sum(o.ms for o in ops if o.op in DECODE_WEIGHT_OPS)
+        mm_roof = cost.weight_bytes / (gpu.mem_bw_gbs * 1e9) * 1e3
+        matmul = {"ops": list(DECODE_WEIGHT_OPS), "ms": mm_ms, "roofline_ms": mm_roof,
+                  "roofline_fraction": mm_roof / mm_ms if mm_ms > 0 else None}
     return PhaseProfile(tuple(ops), total, sum(k.calls for k in kernels), float(raw.get("wall_ms") or 0.0) / steps,
                         int(raw.get("tokens") or 0), int(raw.get("batch") or 0), int(raw.get("context") or 0), roof_ms,
                         roof_ms / total if roof_ms is not None and total > 0 else None,
-                        tuple(sorted(kernels, key=lambda k: -k.ms)[:top]))
+                        tuple(sorted(kernels, key=lambda k: -k.ms)[:top]), matmul)
 
 
 def summarize(raw: dict, text: dict, quant: str, gpu: GpuProfile | None, seconds: float = 0.0) -> ProfileResult:

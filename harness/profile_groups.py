@@ -77,3 +77,8 @@ def group_of(kernel_name: str) -> str:
 #: prefill FLOPs (linears, attention, GDN) as one sum. ``gdn_recurrent``'s bytes are roofline.py's GDN state figure,
 #: recurrent state plus the small conv1d state (a few % of it at full size), so its fraction is a little generous.
 DECODE_ROOFLINE_BASIS: dict[str, str] = {"attention": "kv_bytes", "gdn_recurrent": "state_bytes"}
+#: The op groups that together read the decode step's weights (``StepCost.weight_bytes``: every linear, dense and
+#: expert, plus lm_head, norms, conv weights and the B embedding rows): their summed time is set against those bytes
+#: as the phase's ``matmul`` figure (decode only: at a few tokens the linears are bound by bytes, not FLOPs).
+DECODE_WEIGHT_OPS: tuple[str, ...] = ("moe", "nvfp4_gemm", "gemm")
+

@@ -75,18 +75,20 @@ def test_roofline_fraction_only_where_roofline_separates_the_ops_traffic(tiny_ch
     dec = {o["op"]: o for o in res["phases"]["decode"]["ops"]}
     assert [o["op"] for o in res["phases"]["decode"]["ops"]] == ["nvfp4_gemm", "other", "attention"]  # largest first
     cost = roofline.decode_step(text, get_quant("bf16"), batch=1, context=16)
-    assert dec["attention"]["ms"] == pytest.approx(0.04) and dec["attention"]["calls"] == 4 and dec["attention"]["kernels"] == 2
+    assert dec["attention"]["ms"] == pytest.approx(0.04) and dec["attention"]["calls"] == 4 and dec["attention"]["kernels"] == 1
     assert dec["attention"]["roofline_fraction"] == pytest.approx(cost.kv_bytes / (h200.mem_bw_gbs * 1e9) * 1e3 / 0.04)
     assert dec["attention"]["roofline_basis"] == "kv_bytes"
     assert dec["nvfp4_gemm"]["roofline_fraction"] is None and dec["other"]["roofline_fraction"] is None
     phase = res["phases"]["decode"]
     assert phase["total_ms"] == pytest.approx(0.665) and phase["kernel_calls"] == 13
     assert phase["roofline_fraction"] == pytest.approx(cost.seconds(h200) * 1e3 / 0.665)
+    assert phase["matmul"]["ms"] == pytest.approx(0.5)  # nvfp4_gemm alone: the unknown kernel is not counted
+    assert phase["matmul"]["roofline_fraction"] == pytest.approx(cost.weight_bytes / (h200.mem_bw_gbs * 1e9) * 1e3 / 0.5)
     pre = res["phases"]["prefill"]
     assert all(o["roofline_fraction"] is None for o in pre["ops"])  # roofline.py sums prefill FLOPs over all ops
     assert pre["roofline_fraction"] == pytest.approx(roofline.prefill(text, get_quant("bf16"), 16).seconds(h200) * 1e3 / 4.5)
     on_cpu = summarize({**_raw(), "device": "cpu"}, text, "bf16", h200).to_json()
-    assert on_cpu["phases"]["decode"]["roofline_fraction"] is None
+    assert on_cpu["phases"]["decode"]["roofline_fraction"] is None and on_cpu["phases"]["decode"]["matmul"] is None
     assert all(o["roofline_fraction"] is None for p in on_cpu["phases"].values() for o in p["ops"])
     with pytest.raises(ProfileError, match="non-negative"):
         summarize(_raw(decode_ms=float("nan")), text, "bf16", h200)

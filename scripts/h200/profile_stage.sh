@@ -31,14 +31,19 @@ p = g.get("profile") or {}
 if not p.get("ok"):
     sys.exit(f"profile: {p.get('verdict')} {p.get('error')}")
 print(f"time: {p['time']}; {p['seconds']} s")
+fmt = lambda x: "-" if x is None else f"{x:.3g}"
 for name, ph in p["phases"].items():
     print(f"\n{name}: tokens {ph['tokens']} batch {ph['batch']} context {ph['context']}  kernels {ph['total_ms']:.3f} ms "
-          f"(wall {ph['wall_ms']:.3f} ms, profiled), {ph['kernel_calls']} launches, roofline {ph['roofline_ms']} ms, "
-          f"fraction {ph['roofline_fraction']}")
+          f"(wall {ph['wall_ms']:.3f} ms, profiled), {ph['kernel_calls']} launches, roofline {fmt(ph['roofline_ms'])} ms, "
+          f"fraction {fmt(ph['roofline_fraction'])}")
     print(f"  {'op':<14} {'ms/step':>9} {'calls':>7} {'names':>5} {'share':>6}  roofline")
     for o in ph["ops"]:
-        rf = "-" if o["roofline_fraction"] is None else f"{o['roofline_fraction']:.3f} ({o['roofline_basis']})"
+        rf = "-" if o["roofline_fraction"] is None else f"{fmt(o['roofline_fraction'])} ({o['roofline_basis']})"
         print(f"  {o['op']:<14} {o['ms']:>9.3f} {o['calls']:>7} {o['kernels']:>5} {o['ms'] / ph['total_ms']:>6.1%}  {rf}")
+    if ph.get("matmul"):
+        m = ph["matmul"]
+        print(f"  matmul ({', '.join(m['ops'])}): {m['ms']:.3f} ms vs weight bytes at full bandwidth {m['roofline_ms']:.3f} ms: "
+              f"fraction {fmt(m['roofline_fraction'])}")
     if not ph["ops"]:
         print("  no kernels recorded (a CUDA-graph replay the profiler did not see into?)")
     print("  top kernels:", "; ".join(f"{k['name'][:50]} [{k['op']}] {k['ms']:.3f}" for k in ph["top_kernels"][:6]))
