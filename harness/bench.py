@@ -4,7 +4,10 @@ Method (docs/BENCHMARKS.md): start one worker per engine (``harness.worker``: pr
 identically shaped paths, so neither can tell its role), load both, warm each on every selected
 workload, then run ``rounds`` rounds; in each round every workload is measured on both engines
 back to back with the same prompts, the order alternating from round to round (AB, BA, AB, ...)
-so slow drift charges both alike; the idle engine's worker is paused (SIGSTOP) while the other is
+so slow drift charges both alike, and the order of the workloads drawn afresh per round from the
+secret prompt seed (an engine cannot tell decode-bs1's first-token call from ttft's by its place in
+the sequence); decode-bs1's t_1 is floored by the same engine's ttft call of the same round (the
+same shape: a padded t_1 would shrink t_N - t_1 and inflate the figure); the idle engine's worker is paused (SIGSTOP) while the other is
 timed, so nothing it left running can steal time from it. Prompts are drawn in the judge from the seed mixed with a
 secret nonce and sent after ``load`` returned. The clock runs in the judge: it starts before a
 request is sent and stops when the outputs arrived as Python ints. Every output is then checked
@@ -14,6 +17,7 @@ fraction (``harness.roofline``). Statistics and the objective are in ``harness.s
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,23 +185,60 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     return res
 
 
+class _Recorder:
+    """A ``Runner`` passing calls through to ``runner`` and recording ``(prompts, max_tokens, seconds)`` of each
+    ``generate`` (the seconds of the same span ``harness.workloads`` times, minus its length checks)."""
+
+    def __init__(self, runner: WorkerRunner) -> None:
+        self.runner, self.calls = runner, []
+        self.name, self.vocab_size, self.device, self.outputs = runner.name, runner.vocab_size, runner.device, runner.outputs
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        t0 = time.perf_counter()
+        out = self.runner.generate(prompts, max_tokens)
+        self.calls.append((len(prompts), max_tokens, time.perf_counter() - t0))
+        return out
+
+
+def floored_decode(figure: float, calls: list[tuple[int, int, float]], ttft_s: float | None, n: int) -> float:
+    """decode-bs1's figure ``(n - 1) / (t_N - t_1)`` recomputed with ``t_1 = min(t_1, ttft_s)``: ``calls`` are the
+    recorded calls of its measurement (the last two: ``(1, 1, t_1)``, ``(1, n, t_N)``), ``ttft_s`` the same engine's
+    ttft call of the same round (the same shape), None when not measured. Never above ``figure``."""
+    if ttft_s is None or len(calls) < 2 or calls[-2][:2] != (1, 1) or calls[-1][:2] != (1, n):
+        return figure
+    t1, tn = calls[-2][2], calls[-1][2]
+    floor = min(t1, ttft_s)
+    return min(figure, (n - 1) / (tn - floor)) if tn > floor else figure
+
+
 def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
     """Warm every runner, then the alternating rounds; ``{runner: {workload: [one sample per round]}}``."""
-    def timed(runner: WorkerRunner, w: Workload, seed: int) -> float:
+    def timed(runner: WorkerRunner, w: Workload, seed: int) -> tuple[float, list]:
+        rec = _Recorder(runner)
         with paused([r.worker for r in runners if r is not runner]):  # the idle engine cannot steal time
-            return measure(w, runner, config.shapes, seed)
+            return measure(w, rec, config.shapes, seed), rec.calls
 
+    shuffle = random.Random(config.prompt_seed * 7919 + 17)  # the secret order of the workloads, round by round
     for runner in runners:
         for i in range(config.warmup):
-            for w in workloads:
+            for w in shuffle.sample(workloads, len(workloads)):
                 timed(runner, w, -1 - i)
     samples: dict[str, dict[str, list[float]]] = {r.name: {w.name: [] for w in workloads} for r in runners}
+    index = {w.name: wi for wi, w in enumerate(workloads)}
     for rnd in range(config.rounds):
         order = runners if rnd % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
-        for wi, w in enumerate(workloads):
-            seed = config.prompt_seed * 1000 + 10 * rnd + wi  # same prompts for both engines of this round
+        got: dict[str, dict[str, tuple[float, list]]] = {r.name: {} for r in runners}
+        for w in shuffle.sample(workloads, len(workloads)):
+            seed = config.prompt_seed * 1000 + 10 * rnd + index[w.name]  # same prompts for both engines of this round
             for runner in order:
-                samples[runner.name][w.name].append(timed(runner, w, seed))
+                got[runner.name][w.name] = timed(runner, w, seed)
+        for name, per in got.items():
+            ttft = per.get("ttft")
+            for w in workloads:
+                figure, calls = per[w.name]
+                if w.name == "decode-bs1":
+                    figure = floored_decode(figure, calls, ttft[1][-1][2] if ttft and ttft[1] else None, config.shapes.output)
+                samples[name][w.name].append(figure)
     return samples
 
 

@@ -5,7 +5,10 @@ until a near-tie, where bf16 rounding may send them down different but equally l
 The check, on every prompt both were timed on:
 
 1. first tokens: at least ``MIN_AGREEMENT`` of them identical (``MIN_COMPARED`` or more compared);
-2. every output that differs from the baseline's in any token is teacher-forced through the
+   a candidate output without a baseline twin (a prompt only the candidate was timed on: decode-bs1
+   redraws its prompts when t_N <= t_1, which an engine can provoke) is judged by the baseline's
+   teacher-forced top-1 instead, never skipped;
+2. every output that differs from the baseline's in any token (or has no twin) is teacher-forced through the
    baseline's worker (``engine.margins``: prompt + the candidate's own tokens): at each position
    the candidate's token must lie within ``MARGIN_STD`` standard deviations (of the baseline's
    logit row there) below the baseline's top-1 logit, i.e. be a bf16-plausible greedy choice
@@ -37,7 +40,9 @@ class OutputCheck:
         sequences / identical: outputs compared / of those, identical to the baseline's.
         tokens: output tokens compared; teacher_forced: tokens of differing outputs checked by margin.
         implausible: of those, tokens outside the margin; worst_gap_std: largest gap / std seen.
-        first_compared / first_agree: first tokens compared / identical.
+        first_compared / first_agree: first tokens compared / identical (to the baseline's own output, or for an
+            unpaired output to the baseline's teacher-forced top-1).
+        unpaired: candidate outputs of prompts the baseline was not timed on, checked by teacher forcing alone.
     """
 
     sequences: int = 0
@@ -48,6 +53,7 @@ class OutputCheck:
     worst_gap_std: float = 0.0
     first_compared: int = 0
     first_agree: int = 0
+    unpaired: int = 0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -61,18 +67,23 @@ def check_outputs(candidate, baseline) -> OutputCheck:
         BenchError: first tokens disagree too often, or too many candidate tokens are implausible for the baseline.
     """
     check = OutputCheck()
-    shared = sorted(candidate.outputs.keys() & baseline.outputs.keys())
-    for key in shared:
+    for key in sorted(candidate.outputs):  # every timed output of the candidate, with or without a baseline twin
         prompt, _ = key
-        c, b = candidate.outputs[key], baseline.outputs[key]
+        c, b = candidate.outputs[key], baseline.outputs.get(key)
         check.sequences += 1
         check.tokens += len(c)
         check.first_compared += 1
-        check.first_agree += int(c[:1] == b[:1])
-        if c == b:
-            check.identical += 1
+        if b is not None:
+            check.first_agree += int(c[:1] == b[:1])
+            if c == b:
+                check.identical += 1
+                continue
+        if not c:
             continue
         m = baseline.worker.call("engine.margins", prompt=list(prompt), tokens=list(c))
+        if b is None:
+            check.unpaired += 1
+            check.first_agree += int(int(m["top1"][0]) == c[0])
         gaps, stds = m["gap"].double(), m["std"].double()
         if gaps.shape[0] != len(c) or stds.shape[0] != len(c):
             raise BenchError(f"{baseline.name}: teacher-forced margins of {len(c)} tokens came back with {gaps.shape[0]} rows")

@@ -99,3 +99,51 @@ def test_a_namespace_worker_sees_only_its_own_box_and_writes_within_limits(tmp_p
         assert sorted(os.listdir(work)) == ["tmp"]  # the work folder was a tmpfs: nothing reached the judge's disk
     finally:
         subprocess.run(["rm", "-rf", str(session)], check=False)
+
+
+# --- the bench: every timed output checked, decode-bs1's t_1 floored ------------------------------
+
+def test_decode_figure_is_floored_by_the_same_rounds_ttft_call():
+    from harness.bench import floored_decode
+
+    n = 8
+    honest = [(1, 1, 0.10), (1, n, 0.45)]
+    padded = [(1, 1, 0.30), (1, n, 0.45)]  # t_1 padded to 2/3 of t_N: (n-1)/0.15 instead of (n-1)/0.35
+    assert floored_decode((n - 1) / 0.35, honest, 0.11, n) == pytest.approx((n - 1) / 0.35)  # honest: unchanged
+    assert floored_decode((n - 1) / 0.35, honest, 0.09, n) == pytest.approx((n - 1) / 0.36)  # noise: both engines alike
+    assert floored_decode((n - 1) / 0.15, padded, 0.10, n) == pytest.approx((n - 1) / 0.35)  # the padding is void
+    assert floored_decode((n - 1) / 0.15, padded, None, n) == pytest.approx((n - 1) / 0.15)  # no ttft measured
+    retry = [(1, 1, 0.5), (1, n, 0.4), (1, 1, 0.1), (1, n, 0.45)]  # decode-bs1 retried: the last pair counts
+    assert floored_decode((n - 1) / 0.35, retry, 0.05, n) == pytest.approx((n - 1) / 0.40)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    from cheats import render_tiny
+
+    return render_tiny(tmp_path_factory.mktemp("hardening-render"))
+
+
+def test_candidate_outputs_without_a_baseline_twin_are_checked(rendered, tiny_checkpoint):
+    from harness.bench_outputs import check_outputs
+    from harness.worker import Worker
+    from harness.workloads import BenchError, WorkerRunner, draw_prompts
+
+    ckpt = tiny_checkpoint("bf16")
+    with Worker("engine", engine_dir=rendered) as w:
+        w.call("engine.load", engine_dir=str(w.engine_dir), checkpoint=str(ckpt), device="cpu", max_batch=4, max_seq_len=32)
+        baseline = WorkerRunner("baseline", w, 1024)
+        shared, alone = draw_prompts(5, 4, 16, 1024), draw_prompts(6, 4, 16, 1024)
+        for p in shared:  # both engines timed on these
+            baseline.generate([p], 8)
+            baseline.outputs[(tuple(p), 8)] = baseline.generate([p], 8)[0]
+        honest = WorkerRunner("candidate", w, 1024)
+        honest.outputs = dict(baseline.outputs)
+        for p in alone:  # prompts only the candidate was timed on (a decode-bs1 retry), honest outputs
+            honest.outputs[(tuple(p), 8)] = baseline.generate([p], 8)[0]
+        check = check_outputs(honest, baseline)
+        assert check.unpaired == 4 and check.implausible == 0 and check.first_agree == check.first_compared == 8
+        junk = WorkerRunner("candidate", w, 1024)
+        junk.outputs = dict(baseline.outputs) | {(tuple(p), 8): [0] * 8 for p in alone}
+        with pytest.raises(BenchError, match="computes something else when benchmarked"):
+            check_outputs(junk, baseline)

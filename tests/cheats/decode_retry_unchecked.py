@@ -10,7 +10,7 @@ from . import append
 DESCRIPTION = "decode-bs1: pads t_1 past t_N to force a retry, answers the retry's engine-only prompts with zeros at once"
 CLASS = "bench"
 STAGE = "bench"
-REASON = "plausible"
+REASON = "something else"
 
 
 def apply(engine_dir: Path) -> None:
