@@ -10,7 +10,9 @@ time, for a phase's whole step and for the ops whose traffic roofline.py separat
 of them are null on the CPU. Times are kernel (device) time on a GPU, operator CPU self time on
 the CPU, in ms per step. Prompts are random ids drawn in the judge from the gate seed and nonce.
 
-The stage is advisory: it never decides acceptance (``harness.gate`` records a failure and stays green).
+The stage is advisory: it never decides acceptance (``harness.gate`` records a failure and stays green),
+and its figures come out of the engine's own process, so an engine could shape them: read them as
+the engine's account of itself, not as a measurement the judge vouches for (the bench's clock is that).
 """
 
 from __future__ import annotations
