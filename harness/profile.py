@@ -105,6 +105,21 @@ class OpTime:
 
 
 @dataclass(frozen=True)
+class MatmulRoofline:
+    """Decode's weight-reading op groups together (``ops``): their ``ms`` per step against ``roofline_ms``, the step's
+    weight bytes at full bandwidth; ``roofline_fraction`` = roofline_ms / ms (None when they took no time)."""
+
+    ops: tuple[str, ...]
+    ms: float
+    roofline_ms: float
+    roofline_fraction: float | None
+
+    def to_json(self) -> dict:
+        """``{"ops", "ms", "roofline_ms", "roofline_fraction"}``."""
+        return {"ops": list(self.ops), "ms": self.ms, "roofline_ms": self.roofline_ms, "roofline_fraction": self.roofline_fraction}
+
+
+@dataclass(frozen=True)
 class PhaseProfile:
     """One profiled phase (``decode`` or ``prefill``), per step.
 
@@ -115,8 +130,8 @@ class PhaseProfile:
         tokens, batch, context: what the step did (prefill: P tokens, batch 1, context 0).
         roofline_ms, roofline_fraction: the whole step's roofline time and roofline_ms / total_ms (None on the CPU).
         top: the largest raw kernels.
-        matmul: decode on a GPU: ``{"ops", "ms", "roofline_ms", "roofline_fraction"}`` of the groups that read the
-            weights (``profile_groups.DECODE_WEIGHT_OPS``) against the step's weight bytes; else None.
+        matmul: decode on a GPU: the groups that read the weights (``profile_groups.DECODE_WEIGHT_OPS``) against the
+            step's weight bytes; else None.
     """
 
     ops: tuple[OpTime, ...]
@@ -129,14 +144,14 @@ class PhaseProfile:
     roofline_ms: float | None
     roofline_fraction: float | None
     top: tuple[KernelTime, ...]
-    matmul: dict | None = None
+    matmul: MatmulRoofline | None = None
 
     def to_json(self) -> dict:
         """The phase's gate-JSON block: ``ops`` first (what the report plots), then totals and the top kernels."""
         return {"ops": [o.to_json() for o in self.ops], "total_ms": self.total_ms, "kernel_calls": _count(self.kernel_calls),
                 "kernel_names": sum(o.kernels for o in self.ops), "wall_ms": self.wall_ms, "tokens": self.tokens,
                 "batch": self.batch, "context": self.context, "roofline_ms": self.roofline_ms,
-                "roofline_fraction": self.roofline_fraction, "matmul": self.matmul,
+                "roofline_fraction": self.roofline_fraction, "matmul": self.matmul.to_json() if self.matmul else None,
                 "top_kernels": [{"name": k.name[:160], "op": group_of(k.name), "ms": k.ms, "calls": _count(k.calls)} for k in self.top]}
 
 
@@ -181,7 +196,7 @@ def summarize_phase(phase: str, raw: dict, cost: roofline.StepCost | None, gpu: 
     if steps < 1:
         raise ProfileError(f"profile {phase}: steps must be at least 1, got {raw.get('steps')!r}")
     kernels = _kernel_rows(phase, raw, steps)
-    acc: dict[str, list] = {}
+    acc: dict[str, list] = {}  # group -> [ms, calls, distinct names]
     for k in kernels:
         row = acc.setdefault(group_of(k.name), [0.0, 0.0, 0])
         row[0], row[1], row[2] = row[0] + k.ms, row[1] + k.calls, row[2] + 1
@@ -199,8 +214,7 @@ def summarize_phase(phase: str, raw: dict, cost: roofline.StepCost | None, gpu: 
     if on_gpu and phase == "decode":
         mm_ms = sum(o.ms for o in ops if o.op in DECODE_WEIGHT_OPS)
         mm_roof = cost.weight_bytes / (gpu.mem_bw_gbs * 1e9) * 1e3
-        matmul = {"ops": list(DECODE_WEIGHT_OPS), "ms": mm_ms, "roofline_ms": mm_roof,
-                  "roofline_fraction": mm_roof / mm_ms if mm_ms > 0 else None}
+        matmul = MatmulRoofline(DECODE_WEIGHT_OPS, mm_ms, mm_roof, mm_roof / mm_ms if mm_ms > 0 else None)
     return PhaseProfile(tuple(ops), total, sum(k.calls for k in kernels), float(raw.get("wall_ms") or 0.0) / steps,
                         int(raw.get("tokens") or 0), int(raw.get("batch") or 0), int(raw.get("context") or 0), roof_ms,
                         roof_ms / total if roof_ms is not None and total > 0 else None,
