@@ -87,6 +87,9 @@ def _const(node: ast.AST) -> str:
 
 
 _COMPUTED = "\x00"  # stands for a computed part of a built string
+_DUNDER_TOKEN = re.compile(r"__[A-Za-z][A-Za-z0-9_]*?__")
+#: dunders that reach builtins, the import system or a namespace, refused inside any string (not only alone)
+_REACH_DUNDERS = {"__import__", "__dict__", "__class__", "__base__", "__bases__", "__mro__", "__getattribute__"}
 _DUNDER_EDGE = re.compile(r"^__[A-Za-z]|[A-Za-z]__$")
 
 
@@ -346,8 +349,12 @@ class _Visitor(ScopeTracker):
         v = node.value
         if not isinstance(v, str) or id(node) in self.docstrings:
             return
+        inner = [t for t in _DUNDER_TOKEN.findall(v) if t in INTROSPECTION_ATTRS or t in _REACH_DUNDERS]
         if v in INTROSPECTION_ATTRS:
             self.add(node, "forbidden-call", f"names {v!r}: frames, code objects and globals are off limits")
+        elif inner:  # '0.__globals__[__builtins__]': a field path that string.Formatter or a getter would walk
+            self.add(node, "forbidden-call", f"names {inner[0]!r} inside the string {v[:60]!r}: frames, code objects, globals "
+                     "and builtins are off limits")
         elif v in PROC_WORDS or v.startswith("/proc/"):
             self.add(node, "forbidden-call", f"names {v!r}: the judge's process state (/proc, its command line) is off limits")
         elif "\n" not in v and " " not in v and ((v.startswith("/") and v.count("/") >= 2 and len(v) > 3) or v.startswith("~/")

@@ -79,6 +79,7 @@ FORBIDDEN_CALLS: dict[str, str] = {
                     "runs code that is not the engine's source; write the code out"),
     **dict.fromkeys(("torch.ops.load_library", "torch.classes.load_library"), "loads a native extension module"),
     "operator.methodcaller": "calls a method named by a string the rules cannot follow; call the method by name",
+    "string.Formatter": "format fields walk attributes and items by name ('0.__globals__[...]'); format with str.format",
 }
 #: Dotted prefixes refused like FORBIDDEN_CALLS.
 FORBIDDEN_PREFIXES: dict[str, str] = {

@@ -145,6 +145,8 @@ BAD = [
     ("import pdb", "forbidden-import", "pdb"),
     ("import doctest", "forbidden-import", "doctest"),
     ("import trace", "forbidden-import", "trace"),
+    ("import string\ndef f(g):\n    return string.Formatter().get_field('0.x', (g,), {})", "forbidden-call", "string.Formatter"),
+    ("F = '0.__globals__[__builtins__][__import__]'", "forbidden-call", "'__globals__' inside the string"),
 ]
 
 
@@ -199,6 +201,8 @@ ALLOWED = [
     "def f(load, p):\n    return load(p, weights_only=True)",
     "class W:\n    def __getattr__(self, name):\n        raise AttributeError(name)",
     "import torch\nC = torch.utils.checkpoint.checkpoint",
+    "MSG = 'engine/__init__.py defines no load(): see its __init__ docstring'",
+    "S = '{0.weight} of {1}'.format",
 ]
 
 
