@@ -43,8 +43,10 @@ echo 1000 > /proc/self/oom_score_adj 2>/dev/null || true
 mount -t tmpfs -o size=1m,mode=700 tmpfs /dev/shm
 if [ -n "$T" ]; then
   mkdir /dev/shm/box && mount --bind "$B" /dev/shm/box
-  for d in "$T"/metainfer-workers-*; do
-    if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o size=64k,mode=700 tmpfs "$d"; fi
+  S="${B%%/*}"; S="${S%%/*}"
+  mount -t tmpfs -o size=64k,mode=700 tmpfs "$S"
+  for d in "$T"/metainfer-workers-*; do  # other judges' folders (one may vanish meanwhile: nothing left to hide)
+    if [ "$d" != "$S" ] && [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o size=64k,mode=700 tmpfs "$d" 2>/dev/null || true; fi
   done
   mkdir -p "$B" && mount --move /dev/shm/box "$B"
 fi
