@@ -287,6 +287,9 @@ class _Visitor(ScopeTracker):
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
             if key.value in INTROSPECTION_ATTRS:
                 self.add(node, "forbidden-call", f"{name}(..., {key.value!r}) reaches frames, code or globals")
+            elif key.value in MODULE_ATTRS:
+                self.add(node, "forbidden-call", f"{name}(..., {key.value!r}) reaches the module {key.value} as an attribute: "
+                         "its rules would not apply; import it by name")
             elif target is not None:
                 self._reference(node, f"{target}.{key.value}")
         elif target is not None and target.split(".")[0] in DYNAMIC_TARGETS:

@@ -147,6 +147,7 @@ BAD = [
     ("import trace", "forbidden-import", "trace"),
     ("import string\ndef f(g):\n    return string.Formatter().get_field('0.x', (g,), {})", "forbidden-call", "string.Formatter"),
     ("F = '0.__globals__[__builtins__][__import__]'", "forbidden-call", "'__globals__' inside the string"),
+    ("import torch\no = getattr(torch, 'os')\no.fork()", "forbidden-call", "module os as an attribute"),
 ]
 
 
