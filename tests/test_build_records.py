@@ -60,6 +60,23 @@ def test_a_candidate_must_clear_the_noise_runs_offset():
     assert decide(GateOutcome(_gate(speedup=1.10, noise=0.01, beats=True), 0, False, 1.0), None).accepted
 
 
+def test_upgrade_steps_are_gated_by_the_builds_judge_with_its_quick_parity_flags():
+    # one code path: an upgrade step faces the same decision as a build iteration, noise-run margin included
+    from pathlib import Path
+
+    from metainfer.build import iteration
+    from metainfer.build.gate_runner import GateRequest
+    from metainfer.upgrade import gate as upgrade_gate
+
+    assert upgrade_gate.judge is iteration.judge
+    assert not upgrade_gate.rejected("conflict: x").decision.accepted
+    base = dict(engine=Path("e"), baseline=Path("b"), checkpoint=Path("c"), gpu="cpu", seed=3)
+    argv = GateRequest(**base, parity_lengths=(3, 9), parity_steps=1).argv(Path("g.json"))
+    assert argv[argv.index("--parity-lengths") + 1] == "3,9" and argv[argv.index("--parity-steps") + 1] == "1"
+    plain = GateRequest(**base).argv(Path("g.json"))
+    assert "--parity-lengths" not in plain and "--parity-steps" not in plain
+
+
 def test_trailers_carry_the_figures_and_parse_back():
     t = trailers(_gate(), 7042, "run-x", 3)
     msg = commit_message("BLOCK_N 64→128 in the W4A16 matmul\n(fewer programs)", t)

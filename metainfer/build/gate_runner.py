@@ -41,6 +41,8 @@ class GateRequest:
         scale: ``cpu`` or ``full``, or None for the gate's default.
         workloads: benchmark workload names, or None for the gate's default.
         timeout_s: seconds before the process group is killed.
+        parity_lengths, parity_steps: the gate's quick-parity flags (``--parity-lengths`` / ``--parity-steps``);
+            None: the gate's full parity set for the device (an upgrade may set them; ``run.json`` ``gate`` keeps them).
     """
 
     engine: Path
@@ -53,6 +55,8 @@ class GateRequest:
     scale: str | None = None
     workloads: tuple[str, ...] | None = None
     timeout_s: float = 3600.0
+    parity_lengths: tuple[int, ...] | None = None
+    parity_steps: int | None = None
 
     def argv(self, json_out: Path) -> list[str]:
         """The command line of the gate subprocess."""
@@ -65,6 +69,10 @@ class GateRequest:
             argv += ["--scale", self.scale]
         if self.workloads:
             argv += ["--workloads", ",".join(self.workloads)]
+        if self.parity_lengths:
+            argv += ["--parity-lengths", ",".join(str(n) for n in self.parity_lengths)]
+        if self.parity_steps is not None:
+            argv += ["--parity-steps", str(self.parity_steps)]
         return argv
 
 

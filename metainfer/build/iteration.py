@@ -61,10 +61,12 @@ def check_diff(s: Session, diff: CandidateDiff, harness_before: str) -> Decision
 def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: bool = False) -> tuple[GateOutcome, int]:
     """Gate the worktree's engine against the engine of ``baseline_sha`` exported side by side (or against a copy of itself).
 
-    Saves the gate pid into ``run.json`` (``in_flight``) so a resumed run can stop an orphan.
+    Saves the gate pid into ``run.json`` (``in_flight``) so a resumed run can stop an orphan. The quick-parity
+    flags come from ``run.json`` ``gate`` (``parity_lengths`` / ``parity_steps``: set by ``metainfer upgrade``).
     """
     d = s.record.iter_dir(i)
     seed = gate_seed(s.config.seed, i)
+    g = s.record.state.get("gate") or {}
 
     def on_start(pid: int) -> None:
         s.record.state["in_flight"] = {"iteration": i, "gate_pid": pid}
@@ -78,7 +80,9 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
             best = s.worktree.export(baseline_sha, Path(tmp))
         req = GateRequest(engine=s.worktree.engine_dir, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
                           seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
-                          workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s)
+                          workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s,
+                          parity_lengths=tuple(g["parity_lengths"]) if g.get("parity_lengths") else None,
+                          parity_steps=g.get("parity_steps"))
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
         outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start,
                            on_stage=lambda st, result: s.progress.gate_stage(i, st, result))

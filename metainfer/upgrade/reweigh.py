@@ -19,13 +19,12 @@ import git
 
 from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildError, find_repo_root
 from metainfer.build.decision import decide_baseline, figures
-from metainfer.build.gate_runner import run_gate
+from metainfer.build.gate_runner import GateRequest, run_gate
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now, write_json
 from metainfer.targets import check_present
 from metainfer.upgrade import plan
 from metainfer.upgrade.facts_diff import classify
-from metainfer.upgrade.gate import UpgradeGateRequest
 from metainfer.upgrade.report import write_upgrade_report
 
 
@@ -78,10 +77,10 @@ def reweigh(target: str, checkpoint: Path, *, runs_dir: Path = Path("runs"), see
             engine = Path(tmp) / old.engine_rel
             twin = Path(tmp) / "twin" / old.engine_rel
             shutil.copytree(engine, twin)
-            req = UpgradeGateRequest(engine=engine, baseline=twin, checkpoint=ckpt, gpu=old.gpu, seed=seed * 1000,
-                                     rounds=gate_rounds, scale=gate_scale, workloads=gate_workloads,
-                                     timeout_s=gate_timeout_s or DEFAULT_GATE_TIMEOUT_S,
-                                     parity_lengths=parity_lengths, parity_steps=parity_steps)
+            req = GateRequest(engine=engine, baseline=twin, checkpoint=ckpt, gpu=old.gpu, seed=seed * 1000,
+                              rounds=gate_rounds, scale=gate_scale, workloads=gate_workloads,
+                              timeout_s=gate_timeout_s or DEFAULT_GATE_TIMEOUT_S,
+                              parity_lengths=parity_lengths, parity_steps=parity_steps)
             progress.line(0, f"gating {old.target} at {old.head[:10]} on {ckpt}")
             outcome = run_gate(req, cwd=root, json_out=d / "gate.json", log_path=d / "gate.log",
                                on_stage=lambda s_, r_: progress.gate_stage(0, s_, r_))
