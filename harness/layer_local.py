@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from harness.reference import Reference
+from harness.reference import Reference, row_index
 
 
 @torch.no_grad()
-def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> dict[str, torch.Tensor]:
+def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor,
+                  rows: list[int] | None = None) -> dict[str, torch.Tensor]:
     """Each reference layer ``l`` run on ``hidden[l]`` (the causal sequence ``tokens``, positions 0 … T − 1).
 
     Args:
@@ -28,9 +29,11 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> di
         tokens: the T token ids ``hidden`` belongs to (the embedding lookup runs but its output is replaced).
         hidden: float32 [L + 1, T, H]: index 0 the embeddings, l + 1 the output of layer l (the engine's
             ``prefill(..., return_hidden=True)`` layout).
+        rows: the positions to return (ascending; ``harness.reference.row_index``); None: all T. The layers
+            still run on every position (they are causal across them); only what comes back is cut.
     Returns:
         ``outputs`` float32 [L, T, H] on CPU (layer l's output from input ``hidden[l]``) and ``logits`` float32
-        [T, V] on CPU (``lm_head(norm(hidden[L]))``).
+        [T, V] on CPU (``lm_head(norm(hidden[L]))``); with ``rows``, [L, R, H] and [R, V].
     Raises:
         ValueError: ``hidden`` is not [L + 1, len(tokens), H] for this model, or is not finite.
     """
@@ -41,6 +44,7 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> di
     if not torch.isfinite(hidden).all():
         raise ValueError("hidden states hold NaN/Inf; layer-local outputs are undefined")
     h = hidden.to(device=ref.device, dtype=ref.dtype)
+    index = None if rows is None else row_index(rows, len(tokens), ref.device)
     outputs: list[torch.Tensor] = []
 
     def feed(index: int):
@@ -50,7 +54,7 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> di
 
     def grab(_module, _inputs, output):
         out = output[0] if isinstance(output, tuple) else output
-        outputs.append(out[0].float().cpu())
+        outputs.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu())
 
     handles = []
     for l, layer in enumerate(inner.layers):
@@ -58,7 +62,8 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor) -> di
         handles.append(layer.register_forward_hook(grab))
     handles.append(inner.norm.register_forward_pre_hook(feed(n_layers), with_kwargs=True))
     try:
-        logits = ref.model(input_ids=ref._ids(tokens), use_cache=False).logits[0].float().cpu()
+        logits = ref.model(input_ids=ref._ids(tokens), use_cache=False).logits[0]
+        logits = (logits if index is None else logits.index_select(0, index)).float().cpu()
     finally:
         for handle in handles:
             handle.remove()

@@ -80,6 +80,17 @@ def load_strict(model: torch.nn.Module, weights) -> None:
         )
 
 
+def row_index(rows: list[int], length: int, device: torch.device) -> torch.Tensor:
+    """``rows`` as a long index tensor on ``device``.
+
+    Raises:
+        ValueError: ``rows`` is empty, not strictly ascending, or outside [0, length).
+    """
+    if not rows or any(b <= a for a, b in zip(rows, rows[1:])) or rows[0] < 0 or rows[-1] >= length:
+        raise ValueError(f"rows must be strictly ascending in [0, {length}); got {len(rows)} rows from {rows[:1]} to {rows[-1:]}")
+    return torch.tensor([int(r) for r in rows], dtype=torch.long, device=device)
+
+
 @dataclass(frozen=True)
 class ReferenceRun:
     """One prompt through the reference.
@@ -87,13 +98,21 @@ class ReferenceRun:
     Attributes:
         prompt: the prompt's token ids (length P ≥ 1).
         continuation: the reference's greedy continuation (length n).
-        logits: teacher-forced logits over ``prompt + continuation``, float32 [P + n, V], on CPU;
-            row t predicts token t + 1, so rows P-1 .. P+n-2 predicted the continuation.
+        logits: teacher-forced logits over ``prompt + continuation``, float32 [S + n, V], on CPU: the
+            prompt rows ``rows`` (S of them, the last one P - 1), then rows P .. P + n - 1; row t predicts
+            token t + 1, so the n rows from index S - 1 on predicted the continuation.
+        rows: the prompt rows kept, ascending, ending at P - 1; None: all P (then S = P).
     """
 
     prompt: list[int]
     continuation: list[int]
     logits: torch.Tensor
+    rows: tuple[int, ...] | None = None
+
+    @property
+    def split(self) -> int:
+        """S: how many of ``logits``' rows are prompt rows (the rest are the n continuation rows)."""
+        return len(self.rows) if self.rows is not None else len(self.prompt)
 
 
 class Reference:
@@ -154,24 +173,29 @@ class Reference:
         return torch.tensor([tokens], dtype=torch.long, device=self.device)
 
     @torch.no_grad()
-    def logits(self, tokens: list[int]) -> torch.Tensor:
-        """Teacher-forced logits, float32 [T, V] on CPU; row t is the distribution of token t + 1."""
-        out = self.model(input_ids=self._ids(tokens), use_cache=False)
-        return out.logits[0].float().cpu()
+    def logits(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
+        """Teacher-forced logits, float32 [T, V] on CPU; row t is the distribution of token t + 1 (only the
+        rows ``rows`` when given: [len(rows), V]; a full-size [T, V] is 1 MB per row)."""
+        out = self.model(input_ids=self._ids(tokens), use_cache=False).logits[0]  # [T, V] on the device
+        if rows is not None:
+            out = out.index_select(0, row_index(rows, len(tokens), self.device))
+        return out.float().cpu()
 
     @torch.no_grad()
-    def hidden_states(self, tokens: list[int]) -> torch.Tensor:
-        """Residual stream per layer, float32 [L + 1, T, H] on CPU.
+    def hidden_states(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
+        """Residual stream per layer, float32 [L + 1, T, H] on CPU (only the positions ``rows``, when given:
+        [L + 1, len(rows), H]).
 
         Index 0 is the embedding output, index l + 1 the output of decoder layer l (before the
         final norm), taken with forward hooks on the modules, the same layout as the engine's
         ``prefill(..., return_hidden=True)``.
         """
         captured: list[torch.Tensor] = []
+        index = None if rows is None else row_index(rows, len(tokens), self.device)
 
         def hook(_module, _inputs, output):
             out = output[0] if isinstance(output, tuple) else output
-            captured.append(out[0].float().cpu())  # [T, H]
+            captured.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu())  # [T or R, H]
 
         inner = self.model.model
         handles = [inner.embed_tokens.register_forward_hook(hook)]
@@ -208,7 +232,7 @@ class Reference:
         return picked
 
     @torch.no_grad()
-    def run(self, prompt: list[int], n: int) -> ReferenceRun:
+    def run(self, prompt: list[int], n: int, rows: list[int] | None = None) -> ReferenceRun:
         """Greedy continuation of ``n`` tokens and teacher-forced logits float32 [P + n, V] over prompt + continuation.
 
         The continuation is greedy *under the returned logits*: token j is ``argmax`` of row P - 1 + j
@@ -216,13 +240,19 @@ class Reference:
         plus n single-token steps), then checked against one uncached full forward; from the first row whose
         argmax differs from the draft (a near tie the cached path resolved the other way) the draft is
         redone, so a run costs two full forwards plus n cached steps in the common case and at most n + 1
-        rounds. Rows are computed without a cache, like every other reference output.
+        rounds. Rows are computed without a cache, like every other reference output. ``rows``: the prompt
+        rows to return (ascending, ending at P - 1; see ``ReferenceRun``); None: all.
         """
+        if rows is not None and (not rows or rows[-1] != len(prompt) - 1):
+            raise ValueError(f"prompt rows must end at the last prompt row {len(prompt) - 1}, got {list(rows[-3:])}")
         p = len(prompt)
+        keep_rows = list(range(p)) if rows is None else list(rows)
+        keep_rows += list(range(p, p + n))  # the prompt rows asked for, then the continuation's
         tokens = list(prompt) + self._greedy_cached(list(prompt), n) if n else list(prompt)
         for _ in range(n + 1):
-            logits = self.logits(tokens)
-            picks = logits[p - 1 : p - 1 + n].argmax(-1).tolist()
+            logits = self.logits(tokens, keep_rows)  # [S + n, V]; row S - 1 + j predicted token j
+            s = len(keep_rows) - n
+            picks = logits[s - 1 : s - 1 + n].argmax(-1).tolist()
             wrong = next((j for j in range(n) if picks[j] != tokens[p + j]), None)
             if wrong is None:
                 break
@@ -231,4 +261,4 @@ class Reference:
             tokens = keep + (self._greedy_cached(keep, rest) if rest else [])
         else:
             raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds")
-        return ReferenceRun(list(prompt), tokens[p:], logits)
+        return ReferenceRun(list(prompt), tokens[p:], logits, None if rows is None else tuple(int(r) for r in rows))

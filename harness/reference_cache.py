@@ -61,8 +61,8 @@ class ReferenceCache:
         self._worker: Worker | None = None
         self._loaded = False
         self._load_due = 0.0
-        self._runs: dict[tuple[tuple[int, ...], int], ReferenceRun] = {}
-        self._hidden: dict[tuple[int, ...], torch.Tensor] = {}
+        self._runs: dict[tuple, ReferenceRun] = {}
+        self._hidden: dict[tuple, torch.Tensor] = {}
         self.worker_starts = 0
 
     def start(self) -> None:
@@ -85,20 +85,32 @@ class ReferenceCache:
             self._loaded = True
         return self._worker
 
-    def run(self, prompt: list[int], n: int) -> ReferenceRun:
-        """Greedy continuation of ``n`` tokens and teacher-forced logits float32 [P + n, V] (``Reference.run``)."""
-        key = (tuple(prompt), int(n))
+    def run(self, prompt: list[int], n: int, rows: list[int] | None = None) -> ReferenceRun:
+        """Greedy continuation of ``n`` tokens and teacher-forced logits float32 [S + n, V] (``Reference.run``;
+        ``rows``: the prompt rows to keep, None: all)."""
+        key = (tuple(prompt), int(n), None if rows is None else tuple(rows))
         if key not in self._runs:
-            out = self._ready().call("reference.run", prompt=list(prompt), n=int(n))
-            self._runs[key] = ReferenceRun(list(prompt), [int(t) for t in out["continuation"]], out["logits"].float())
+            out = self._ready().call("reference.run", prompt=list(prompt), n=int(n),
+                                     rows=None if rows is None else [int(r) for r in rows])
+            self._runs[key] = ReferenceRun(list(prompt), [int(t) for t in out["continuation"]], out["logits"].float(),
+                                           None if rows is None else tuple(int(r) for r in rows))
         return self._runs[key]
 
-    def hidden(self, tokens: list[int]) -> torch.Tensor:
-        """Residual stream per layer, float32 [L + 1, T, H] (``Reference.hidden_states``)."""
-        key = tuple(tokens)
+    def hidden(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
+        """Residual stream per layer, float32 [L + 1, T, H] ([L + 1, len(rows), H] with ``rows``;
+        ``Reference.hidden_states``)."""
+        key = (tuple(tokens), None if rows is None else tuple(rows))
         if key not in self._hidden:
-            self._hidden[key] = self._ready().call("reference.hidden", tokens=list(tokens)).float()
+            self._hidden[key] = self._ready().call("reference.hidden", tokens=list(tokens),
+                                                   rows=None if rows is None else [int(r) for r in rows]).float()
         return self._hidden[key]
+
+    def local(self, tokens: list[int], hidden: torch.Tensor, rows: list[int] | None = None) -> dict[str, torch.Tensor]:
+        """Every reference layer run on the engine's own input to it (``harness.layer_local.local_outputs``):
+        ``outputs`` float32 [L, T, H] and ``logits`` [T, V] (R rows instead of T with ``rows``). Not memoised:
+        ``hidden`` is an engine's."""
+        return self._ready().call("reference.local", tokens=list(tokens), hidden=hidden,
+                                  rows=None if rows is None else [int(r) for r in rows])
 
     def close(self) -> None:
         """Stop the worker (results stay; a later miss starts a new one)."""

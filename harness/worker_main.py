@@ -61,13 +61,23 @@ def reference_load(checkpoint: str, device: str, dtype: str, threads: int | None
     return {"vocab_size": ref.vocab_size, "num_layers": ref.num_layers}
 
 
-def reference_run(prompt: list[int], n: int) -> dict:
-    run = _state["reference"].run([int(t) for t in prompt], int(n))
+def _opt_ints(rows) -> list[int] | None:
+    return None if rows is None else [int(r) for r in rows]
+
+
+def reference_run(prompt: list[int], n: int, rows: list[int] | None = None) -> dict:
+    run = _state["reference"].run([int(t) for t in prompt], int(n), _opt_ints(rows))
     return {"continuation": run.continuation, "logits": run.logits}
 
 
-def reference_hidden(tokens: list[int]) -> torch.Tensor:
-    return _state["reference"].hidden_states([int(t) for t in tokens])
+def reference_hidden(tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
+    return _state["reference"].hidden_states([int(t) for t in tokens], _opt_ints(rows))
+
+
+def reference_local(tokens: list[int], hidden: torch.Tensor, rows: list[int] | None = None) -> dict:
+    from harness.layer_local import local_outputs
+
+    return local_outputs(_state["reference"], [int(t) for t in tokens], hidden, _opt_ints(rows))
 
 
 def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, max_seq_len: int,
@@ -83,14 +93,26 @@ def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, m
     return {"dtype": str(getattr(engine, "dtype", torch.bfloat16)).removeprefix("torch."), "device": str(engine.device)}
 
 
-def _rows(x) -> torch.Tensor:
-    return x.detach().float().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
+def _rows(x, keep: list[int] | None = None, dim: int = 0) -> torch.Tensor:
+    """``x`` as a float32 CPU tensor; only the indices ``keep`` along ``dim`` (cut where ``x`` lies, before the copy)."""
+    t = x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
+    if keep is not None:
+        if t.ndim <= dim or (keep and max(keep) >= t.shape[dim]):
+            raise ValueError(f"the engine returned a tensor of shape {tuple(t.shape)}; rows up to {max(keep)} were asked for")
+        t = t.index_select(dim, torch.tensor(keep, dtype=torch.long, device=t.device))
+    return t.float().cpu()
 
 
-def engine_prefill(prompts: list[list[int]], return_hidden: bool = False) -> dict:
+def engine_prefill(prompts: list[list[int]], return_hidden: bool = False, rows: list[list[int] | None] | None = None) -> dict:
+    """``rows``: per prompt, the logit rows to send back (None: all); hidden states always come back whole."""
     res = _state["engine"].prefill([list(map(int, p)) for p in prompts], return_hidden=bool(return_hidden))
     hidden = getattr(res, "hidden", None)
-    return {"slots": [int(s) for s in res.slots], "logits": [_rows(lg) for lg in res.logits],
+    keep = list(rows) if rows is not None else [None] * len(prompts)
+    if len(keep) != len(prompts):
+        raise ValueError(f"{len(keep)} row lists for {len(prompts)} prompts")
+    logits = list(res.logits)
+    return {"slots": [int(s) for s in res.slots],
+            "logits": [_rows(lg, _opt_ints(k)) for lg, k in zip(logits, keep + [None] * (len(logits) - len(keep)))],
             "hidden": None if hidden is None else [_rows(h) for h in hidden]}
 
 
@@ -121,7 +143,7 @@ def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
     seq = list(map(int, prompt)) + [int(t) for t in tokens[:-1]]
     res = _state["engine"].prefill([seq])
     try:
-        rows = _rows(res.logits[0])[len(prompt) - 1 :].double()  # [n, V]: row t predicts tokens[t]
+        rows = _rows(res.logits[0], list(range(len(prompt) - 1, len(seq)))).double()  # [n, V]: row t predicts tokens[t]
     finally:
         _state["engine"].release(list(res.slots))
     idx = torch.tensor([int(t) for t in tokens]).clamp(0, rows.shape[1] - 1).unsqueeze(1)
@@ -130,7 +152,7 @@ def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
 
 
 OPS = {"hello": hello, "static": static, "reference.load": reference_load, "reference.run": reference_run,
-       "reference.hidden": reference_hidden, "engine.load": engine_load, "engine.prefill": engine_prefill,
+       "reference.hidden": reference_hidden, "reference.local": reference_local, "engine.load": engine_load, "engine.prefill": engine_prefill,
        "engine.decode": engine_decode, "engine.release": engine_release, "engine.generate": engine_generate,
        "engine.margins": engine_margins}
 

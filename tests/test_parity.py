@@ -361,3 +361,31 @@ def test_bad_input_exits_2(rendered, tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "metainfer render" in proc.stderr  # no engine package
     proc = _metainfer("parity", "--engine", str(rendered("bf16")), "--checkpoint", str(empty))
     assert proc.returncode == 2 and "error:" in proc.stderr and "config.json" in proc.stderr  # not a checkpoint
+
+
+def test_logit_rows_keep_everything_that_fits_and_sample_the_rest():
+    from harness.parity_rows import EDGE_ROWS, logit_rows
+
+    assert logit_rows(960, 1024, seed=1) is None  # the tiny model: every row
+    full_v = 248_320
+    assert logit_rows(200, full_v, seed=1) is None
+    rows = logit_rows(4000, full_v, seed=7)
+    assert rows == sorted(set(rows)) and rows[-1] == 3999 and rows[:EDGE_ROWS] == list(range(EDGE_ROWS))
+    assert len(rows) == (1 << 28) // (4 * full_v) and rows[-EDGE_ROWS:] == list(range(4000 - EDGE_ROWS, 4000))
+    assert logit_rows(4000, full_v, seed=8) != rows and logit_rows(4000, full_v, seed=7) == rows  # secret, reproducible
+    with pytest.raises(ValueError, match="prompt_len"):
+        logit_rows(0, full_v, seed=1)
+
+
+def test_reference_rows_are_the_full_outputs_cut(reference):
+    tokens = make_prompts(5, reference.vocab_size, (40,))[0].tokens
+    rows = [0, 3, 17, 38, 39]
+    full, cut = reference.run(tokens, 3), reference.run(tokens, 3, rows)
+    assert cut.continuation == full.continuation and cut.split == 5 and full.split == 40
+    assert torch.equal(cut.logits, torch.cat([full.logits[rows], full.logits[40:]]))
+    seq = tokens + full.continuation
+    assert torch.equal(reference.hidden_states(seq, rows), reference.hidden_states(seq)[:, rows])
+    with pytest.raises(ValueError, match="last prompt row"):
+        reference.run(tokens, 3, [0, 5])
+    with pytest.raises(ValueError, match="ascending"):
+        reference.run(tokens, 3, [5, 3, 39])
