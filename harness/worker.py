@@ -276,17 +276,16 @@ class Worker:
         """SIGKILL the worker's process group (with it, at ``namespace`` isolation, its PID namespace) and reap it."""
         if self.proc is None:
             return
-        from harness.worker_procs import members, signal_all
+        from harness.worker_procs import kill_all
 
         try:
-            pids = members(self.proc.pid, self.isolation)
+            kill_all(self.proc.pid, self.isolation)  # stopped to a fixpoint first: a fork chain cannot outrun it
         except OSError:
-            pids = []
+            pass
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # and whatever is left of the group
         except (ProcessLookupError, PermissionError):
             pass
-        signal_all(pids, signal.SIGKILL)  # and whatever left the group
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

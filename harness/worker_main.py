@@ -30,10 +30,11 @@ _state: dict[str, Any] = {}
 
 
 def _sync() -> None:
-    eng = _state.get("engine")
-    dev = getattr(eng, "device", None)
-    if dev is not None and torch.device(dev).type == "cuda":
-        torch.cuda.synchronize(torch.device(dev))
+    """Wait for every CUDA device this worker initialised (not only the one the engine names: work it queued
+    elsewhere would run on while the other engine is timed; a paused worker stops only its CPU side)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
 
 
 def hello(kind: str) -> dict:
@@ -187,6 +188,10 @@ def serve(rfd: int, wfd: int) -> None:
             worker_protocol.encode(reply)
         except TypeError as err:
             reply = {"ok": False, "type": "TypeError", "error": f"{op} returned something that is not plain data: {err}"}
+        try:
+            _sync()  # after the encode too (a finalizer it ran may queue kernels): the reply leaves with the GPU idle
+        except Exception as err:  # an asynchronous CUDA error of the engine's surfaces here
+            reply = {"ok": False, "type": type(err).__name__, "error": f"{op}: CUDA failed after the call: {str(err)[:3000]}"}
         worker_protocol.send(wfd, reply)
 
 
