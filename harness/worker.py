@@ -42,6 +42,14 @@ SHARED_TRITON_CACHE_ENV = "METAINFER_TRUSTED_TRITON_CACHE"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".git")
 
 
+def max_reply_bytes() -> int:
+    """A quarter of this machine's physical memory, in bytes (the default cap on one worker reply)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError):
+        return 8 * 1024**3
+
+
 @dataclass(frozen=True)
 class WorkerLimits:
     """Wall-clock limits of worker calls, seconds.
@@ -150,6 +158,8 @@ class Worker:
         self._limit_s = 0.0
         self._spawned_at = 0.0
         self._failure: WorkerFailure | None = None
+        #: cap on one reply's bytes (a quarter of the machine's memory): a worker cannot make the judge allocate more
+        self.max_reply_bytes: int = max_reply_bytes()
         #: seconds from spawn until the worker's imports were done (None until it answered)
         self.start_s: float | None = None
         #: absolute ``time.monotonic()`` by which the current stage must be done; caps every call's limit
@@ -245,7 +255,7 @@ class Worker:
         """The reply to the request sent last; raises ``EngineError`` when the call raised in the worker."""
         assert self.proc is not None
         try:
-            reply = worker_protocol.recv(self._rfd, deadline)
+            reply = worker_protocol.recv(self._rfd, deadline, max_bytes=self.max_reply_bytes)
         except TimeoutError:
             self._fail("timeout", f"{op}: the {self.kind} worker ran past its limit of {self._limit_s:.0f} s and was killed")
         except EOFError:

@@ -137,8 +137,11 @@ def send(fd: int, obj: Any, deadline: float | None = None) -> None:
             continue
 
 
-def recv(fd: int, deadline: float | None = None) -> Any:
+def recv(fd: int, deadline: float | None = None, max_bytes: int | None = None) -> Any:
     """Read one message from ``fd`` by ``deadline`` and decode it (tensors come back as CPU tensors).
+
+    ``max_bytes``: a cap on the whole message (JSON and buffers), checked before each allocation, so a
+    worker cannot make the judge allocate more than that for one reply; None: only the per-part limits.
 
     Raises:
         TimeoutError, EOFError, ProtocolError (see the module docstring).
@@ -146,6 +149,9 @@ def recv(fd: int, deadline: float | None = None) -> Any:
     n_json, n_bufs = _HEAD.unpack(bytes(_read_exact(fd, _HEAD.size, deadline)))
     if n_json > MAX_JSON or n_bufs > 1_000_000:
         raise ProtocolError(f"message header claims {n_json} JSON bytes and {n_bufs} buffers")
+    total = n_json
+    if max_bytes is not None and total > max_bytes:
+        raise ProtocolError(f"message of over {max_bytes} bytes (its JSON alone is {n_json})")
     try:
         doc = json.loads(bytes(_read_exact(fd, n_json, deadline)))
     except ValueError as err:
@@ -155,5 +161,8 @@ def recv(fd: int, deadline: float | None = None) -> Any:
         (size,) = _LEN.unpack(bytes(_read_exact(fd, _LEN.size, deadline)))
         if size > MAX_BUFFER:
             raise ProtocolError(f"buffer of {size} bytes is over the {MAX_BUFFER}-byte limit")
+        total += size
+        if max_bytes is not None and total > max_bytes:
+            raise ProtocolError(f"message of over {max_bytes} bytes (the judge's cap on one reply)")
         bufs.append(_read_exact(fd, size, deadline))
     return _rebuild(doc, bufs)

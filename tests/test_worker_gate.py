@@ -299,3 +299,22 @@ def test_a_shared_triton_cache_is_for_trusted_runs_and_never_reaches_a_gate(tmp_
     assert Worker._env(me)["TRITON_CACHE_DIR"] == str(tmp_path / "shared")
     assert gate.main(["--engine", str(tmp_path / "none"), "--checkpoint", str(tmp_path / "none")]) != 0
     assert SHARED_TRITON_CACHE_ENV not in os.environ
+
+
+def test_a_reply_over_the_judges_cap_is_refused_before_it_is_allocated():
+    from harness import worker_protocol
+
+    payload = {"ok": True, "result": [torch.randn(64, 64), torch.randn(64, 64)]}  # 2 x 16 KiB of float32
+    for cap, fits in ((20_000, False), (1 << 20, True)):  # a refused message leaves the pipe mid-message: one each
+        r, w = os.pipe()
+        try:
+            os.set_blocking(w, False)
+            worker_protocol.send(w, payload)
+            if fits:
+                assert torch.equal(worker_protocol.recv(r, max_bytes=cap)["result"][1], payload["result"][1])
+            else:
+                with pytest.raises(worker_protocol.ProtocolError, match="over 20000 bytes"):
+                    worker_protocol.recv(r, max_bytes=cap)  # the second buffer crosses it
+        finally:
+            os.close(r)
+            os.close(w)
