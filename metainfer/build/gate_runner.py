@@ -36,7 +36,8 @@ class GateRequest:
         checkpoint: checkpoint folder.
         gpu: GPU profile name.
         seed: seed of the gate's inputs (recorded in its JSON).
-        stages: stage names in order.
+        stages: stage names in order; None: the gate's default for the device (on a GPU it adds the advisory
+            ``profile`` stage after bench).
         rounds: A/B rounds, or None for the gate's default.
         scale: ``cpu`` or ``full``, or None for the gate's default.
         workloads: benchmark workload names, or None for the gate's default.
@@ -50,7 +51,7 @@ class GateRequest:
     checkpoint: Path
     gpu: str
     seed: int
-    stages: tuple[str, ...] = ("static", "parity", "bench")
+    stages: tuple[str, ...] | None = None
     rounds: int | None = None
     scale: str | None = None
     workloads: tuple[str, ...] | None = None
@@ -61,8 +62,9 @@ class GateRequest:
     def argv(self, json_out: Path) -> list[str]:
         """The command line of the gate subprocess."""
         argv = [sys.executable, "-m", "harness.gate", "--engine", str(self.engine), "--checkpoint", str(self.checkpoint),
-                "--baseline", str(self.baseline), "--gpu", self.gpu, "--stages", ",".join(self.stages),
-                "--seed", str(self.seed), "--json", str(json_out)]
+                "--baseline", str(self.baseline), "--gpu", self.gpu, "--seed", str(self.seed), "--json", str(json_out)]
+        if self.stages:
+            argv += ["--stages", ",".join(self.stages)]
         if self.rounds is not None:
             argv += ["--rounds", str(self.rounds)]
         if self.scale is not None:
