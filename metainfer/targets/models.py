@@ -51,6 +51,10 @@ TINY_TEXT = {
 }
 #: a model read from a path counts as a CPU-scale twin (``ModelSpec.tiny``) below this many parameters
 TINY_PARAMS = 100_000_000
+#: The tiny twin's RoPE base: 1e4, not the real 1e7, so that its slowest rotary pair (8 pairs of a 16-dim rotary
+#: part: ``theta^(-7/8)`` = 3.2e-4 rad per token) turns by 0.1-0.3 rad within CPU parity prompts (300-960 tokens)
+#: and the faster slow pairs by radians: dropping or mis-rotating the slow pairs shows on the CPU (docs/PARITY.md).
+TINY_ROPE_THETA = 10_000.0
 TINY_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 128}
 
 
@@ -124,6 +128,10 @@ def _tiny(config: dict) -> dict:
     text = cfg["text_config"]
     bos = text.get("bos_token_id")
     text.update(TINY_TEXT)
+    if "rope_parameters" in text:
+        text["rope_parameters"] = {**text["rope_parameters"], "rope_theta": TINY_ROPE_THETA}
+    else:
+        text["rope_theta"] = TINY_ROPE_THETA
     if bos is None:
         text["bos_token_id"] = None
     interval = text.get("full_attention_interval", 4)
