@@ -14,15 +14,18 @@ layer-local precision cut shows even when the logits stay within tolerance.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, pooled_update_errors, rel_l2, trivial_reason,
+    first_bad_layer, greedy_agreement, layer_errors, layer_name, local_update_errors, max_abs, pooled_rows_error,
+    pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
 )
 from harness.nonce import prompt_seed
-from harness.parity_result import ParityResult, PromptFigures, format_table
+from harness.parity_rows import logit_rows
+from harness.parity_result import ParityResult, PromptFigures, RunFigures, format_table
 from harness.prompts import Prompt, default_lengths, default_steps, fresh_seed, make_prompts
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache, default_reference_dtype
@@ -44,8 +47,9 @@ class _Engine:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
 
-    def prefill(self, prompts: list[list[int]], return_hidden: bool = False) -> dict:
-        return self.w.call("engine.prefill", prompts=prompts, return_hidden=return_hidden)
+    def prefill(self, prompts: list[list[int]], return_hidden: bool = False,
+                rows: list[list[int] | None] | None = None) -> dict:
+        return self.w.call("engine.prefill", prompts=prompts, return_hidden=return_hidden, rows=rows)
 
     def decode(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
         return self.w.call("engine.decode", slots=slots, tokens=tokens)
@@ -58,8 +62,9 @@ class _Engine:
 
 
 def _teacher_forced(engine: _Engine, seqs: list[ReferenceRun]) -> list[torch.Tensor]:
-    """Prefill the prompts together, then decode the reference's tokens: float32 [P_i + n, V] per sequence."""
-    res = engine.prefill([s.prompt for s in seqs])
+    """Prefill the prompts together, then decode the reference's tokens: float32 [S_i + n, V] per sequence
+    (the prompt rows the reference kept, ``ReferenceRun.split``, then the n decode rows)."""
+    res = engine.prefill([s.prompt for s in seqs], rows=[list(s.rows) if s.rows is not None else None for s in seqs])
     rows = [[lg.float()] for lg in res["logits"]]
     if len(rows) != len(seqs):
         raise ValueError(f"prefill of {len(seqs)} prompts returned {len(rows)} logit tensors")
@@ -86,7 +91,7 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
     ``other`` [P + n, V]: the same prompt's logits from the other mode (batched for alone and
     vice versa); their row-wise difference is the greedy slack (docs/PARITY.md, "Greedy ties").
     """
-    r, n = ref.logits, len(ref.prompt)
+    r, n = ref.logits, ref.split
     reason = trivial_reason(e, r)
     if reason:
         fig.failures.append(reason)
@@ -105,13 +110,37 @@ def _judge(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
 
 
+@dataclass
+class _Hidden:
+    """One prompt's prefill of prompt + continuation in one call, with per-layer figures.
+
+    Attributes:
+        engine: the engine's hidden states float32 [L + 1, T, H]; reference: the reference's, same shape.
+        engine_rows: ``engine`` at the R compared positions (the prompt rows of ``ReferenceRun.rows`` and the n
+            continuation positions; all T when the reference kept every row), [L + 1, R, H].
+        local: reference layer l run on ``engine[l]``, float32 [L, R, H] (``harness.layer_local``).
+        local_logits: ``lm_head(norm(engine[L]))`` by the reference, float32 [R, V].
+        logits: the engine's own prefill logits at those positions, float32 [R, V] (the last n rows are the
+            decode consistency's).
+    """
+
+    engine: torch.Tensor
+    reference: torch.Tensor
+    engine_rows: torch.Tensor
+    local: torch.Tensor
+    local_logits: torch.Tensor
+    logits: torch.Tensor
+
+
 def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun,
-                  tol: Tolerance) -> tuple[torch.Tensor, torch.Tensor] | None:
+                  tol: Tolerance) -> _Hidden | None:
     """Per-layer hidden states of prompt + continuation against the reference's: record every layer's error
-    and fail on the first layer over its tolerance (``tol.hidden(i)``). Returns (engine, reference) hidden
-    states [L + 1, T, H] for the pooled update check, None when the engine gave none of the right shape."""
+    and fail on the first layer over its tolerance (``tol.hidden(i)``). Returns the engine's and reference's
+    hidden states and the reference layers run on the engine's ones (for the run-level checks), None when the
+    engine gave none of the right shape or non-finite ones (recorded as a failure)."""
     tokens = ref.prompt + ref.continuation
-    res = engine.prefill([tokens], return_hidden=True)
+    rows = None if ref.rows is None else list(ref.rows) + list(range(len(ref.prompt), len(tokens)))
+    res = engine.prefill([tokens], return_hidden=True, rows=[rows])
     engine.release(res["slots"])
     if not res["hidden"]:
         fig.failures.append("engine returned no hidden states for return_hidden=True")
@@ -127,32 +156,75 @@ def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures
     if bad is not None:
         fig.worst_layer = layer_name(bad)
         fig.failures.append(f"hidden state after {layer_name(bad)} rel err {fig.layer_errors[bad]:.3g} > {limits[bad]:.3g}")
-    return e, r
+    logits = res["logits"][0].float()
+    if not torch.isfinite(e).all() or tuple(logits.shape) != tuple(ref.logits.shape):
+        fig.failures.append("non-finite hidden states or prefill logits of the wrong shape: no layer-local figures")
+        return None
+    local = reference.local(tokens, e, rows)
+    e_rows = e if rows is None else e[:, rows]
+    return _Hidden(e, r, e_rows, local["outputs"].float(), local["logits"].float(), logits)
+
+
+def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
+                tol: Tolerance) -> RunFigures:
+    """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
+    the layer-local update and final-norm logits, and decode consistency (the teacher-forced decode rows of
+    the alone and the batched runs against the engine's own prefill of the same tokens)."""
+    if not hidden:
+        return RunFigures()
+    run = RunFigures(
+        update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden]),
+        local_update_errors=local_update_errors([h.engine_rows for h in hidden], [h.local for h in hidden],
+                                                drop=tol.local_drop),
+        local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],
+        local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
+    )
+    for mode, runs in (("alone", alone), ("batched", batched)):
+        pairs = [(e[-steps:], h.logits[-steps:]) for h, e in zip(hidden, runs, strict=True)
+                 if e.shape == h.logits.shape and steps > 0]
+        if pairs:
+            run.decode_consistency[mode] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
+                                                             drop=tol.decode_consistency_drop)
+    run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
+                    for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
+                    if not x <= t]  # first: a layer-local failure names the layer itself
+    run.failures += [f"pooled update of layers.{l} rel err {x:.3g} > {tol.update(l):.3g}"
+                     for l, x in enumerate(run.update_errors or []) if not x <= tol.update(l)]
+    if not run.local_logits_err <= tol.local_logits:
+        run.failures.append(f"layer-local final norm + lm_head rel err {run.local_logits_err:.3g} > {tol.local_logits:.3g}")
+    for mode, x in run.decode_consistency.items():
+        if not x <= tol.decode_consistency:
+            run.failures.append(f"decode consistency ({mode}): decode vs own prefill logits rel err {x:.3g} > "
+                                f"{tol.decode_consistency:.3g}")
+    return run
 
 
 def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
-              tol: Tolerance) -> tuple[list[PromptFigures], list[float] | None]:
-    """Every check on every prompt; returns the entries and the pooled per-layer update errors (None without hidden states)."""
+              tol: Tolerance) -> tuple[list[PromptFigures], RunFigures]:
+    """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``)."""
     alone = [_teacher_forced(engine, [r])[0] for r in refs]
     alone_greedy = [_greedy(engine, [r])[0] for r in refs]
     batched = _teacher_forced(engine, refs)
     batched_greedy = _greedy(engine, refs)
     figs: list[PromptFigures] = []
-    hidden: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hidden: list[_Hidden] = []
+    kept_alone: list[torch.Tensor] = []
+    kept_batched: list[torch.Tensor] = []
     for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
         _judge(fa, ea, ref, ga, tol, eb)
-        pair = _hidden_check(engine, reference, fa, ref, tol)
-        if pair is not None:
-            hidden.append(pair)
+        h = _hidden_check(engine, reference, fa, ref, tol)
+        if h is not None:
+            hidden.append(h)
+            kept_alone.append(ea)
+            kept_batched.append(eb)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
         _judge(fb, eb, ref, gb, tol, ea)
         fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() and ea.shape == eb.shape else float("nan")
         if not fb.batch_rel_err <= tol.batch:
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
         figs += [fa, fb]
-    pooled = pooled_update_errors([e for e, _ in hidden], [r for _, r in hidden]) if hidden else None
-    return figs, pooled
+    return figs, _run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol)
 
 
 def _worst(errs: list[float]) -> float:
@@ -228,17 +300,18 @@ def run_parity(
     engine_dtype, figs, error, verdict = "unknown", [], None, "fail"
     reference.start()
     worker = engine_worker or Worker("engine", engine_dir=engine_dir, limits=limits, isolation=isolation)
-    pooled: list[float] | None = None
+    run = RunFigures()
     try:
         worker.stage_deadline = deadline
-        refs = [reference.run(p.tokens, steps) for p in prompts]
+        refs = [reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size, prompt_seed(seed, nonce) + i))
+                for i, p in enumerate(prompts)]
         try:
             info = worker.call("engine.load", timeout=limits.load_s, engine_dir=str(worker.engine_dir),
                                checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
                                max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
             engine_dtype = str(info.get("dtype"))
-            tol = get_tolerance(engine_dtype, reference.dtype)
-            figs, pooled = _evaluate(_Engine(worker), reference, prompts, refs, tol)
+            tol = get_tolerance(engine_dtype, reference.dtype).for_device(device)
+            figs, run = _evaluate(_Engine(worker), reference, prompts, refs, tol)
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict
         except (EngineError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as err:
@@ -249,12 +322,11 @@ def run_parity(
         worker.close()
         if own:
             reference.close()
-    tol = get_tolerance(engine_dtype, reference.dtype) if engine_dtype != "unknown" else get_tolerance("bfloat16", reference.dtype)
+    tol = get_tolerance(engine_dtype if engine_dtype != "unknown" else "bfloat16", reference.dtype).for_device(device)
     worst = max(figs, key=lambda f: _score(f, tol), default=None)
     worst_fail = max((f for f in figs if f.failures), key=lambda f: _score(f, tol), default=None)
-    update_failures = [f"pooled update of layers.{l} rel err {x:.3g} > {tol.update(l):.3g}"
-                       for l, x in enumerate(pooled or []) if not x <= tol.update(l)]
-    ok = error is None and bool(figs) and all(f.ok for f in figs) and pooled is not None and not update_failures
+    measured = run.update_errors is not None and run.local_update_errors is not None
+    ok = error is None and bool(figs) and all(f.ok for f in figs) and measured and not run.failures
     return ParityResult(
         ok=ok,
         max_rel_err=_worst([f.prompt_rel_err for f in figs]),
@@ -263,10 +335,17 @@ def run_parity(
         decode_tolerance=tol.logits_decode,
         worst_prompt=(worst_fail or worst).name if (worst_fail or worst) else None,
         worst_layer=next((f.worst_layer for f in ([worst_fail] if worst_fail else []) + figs if f.worst_layer),
-                         update_failures[0].split()[3] if update_failures else None),
+                         _failed_layer(run.failures)),
         prompts=figs, seed=seed, reference_dtype=reference.dtype, engine_dtype=engine_dtype,
         tolerances=tol.as_dict(), decode_steps=steps, device=str(device),
         seconds=time.perf_counter() - start, error=error, verdict="pass" if ok else verdict, prompt_nonce=nonce,
         max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
-        update_errors=pooled, update_failures=update_failures,
+        update_errors=run.update_errors, update_failures=run.failures, local_update_errors=run.local_update_errors,
+        local_update_tolerances=run.local_update_tolerances, local_logits_err=run.local_logits_err,
+        decode_consistency=dict(run.decode_consistency),
     )
+
+
+def _failed_layer(failures: list[str]) -> str | None:
+    """The first ``layers.<l>`` named by a run-level failure, else None."""
+    return next((w for f in failures for w in f.split() if w.startswith("layers.")), None)

@@ -167,6 +167,84 @@ def pooled_update_errors(engine: list[torch.Tensor], reference: list[torch.Tenso
     return [math.inf if not math.isfinite(float(x)) else float(x) ** 0.5 for x in num / den]
 
 
+def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor], *, drop: float = 0.0) -> float:
+    """Relative L2 pooled over the rows of several pairs, after dropping the rows that err most.
+
+    Args:
+        engine, reference: matching lists of [N_i, D] tensors (rows: tokens; D: hidden size or vocabulary).
+        drop: fraction of all rows to leave out, those with the largest ``‖e − r‖`` (``ceil(drop · N)``
+            rows, never all): a discrete choice near a tie (an expert picked by a router logit that rounding
+            moved) errs a lot on a few rows, a wrong or cut op errs on most (docs/PARITY.md, "Layer-local parity").
+    Returns:
+        ``sqrt(Σ ‖e − r‖² / Σ ‖r‖²)`` over the kept rows, float64; ``inf`` if any engine value is non-finite.
+    Raises:
+        ValueError: empty or unequal lists, a shape mismatch, a non-finite or all-zero reference, or ``drop``
+            outside [0, 1).
+    """
+    if not engine or len(engine) != len(reference):
+        raise ValueError(f"pooled_rows_error needs matching non-empty lists, got {len(engine)} and {len(reference)}")
+    if not 0.0 <= drop < 1.0:
+        raise ValueError(f"drop must be in [0, 1), got {drop}")
+    errs, refs = [], []
+    for e, r in zip(engine, reference, strict=True):
+        if e.ndim < 1 or r.ndim < 1:
+            raise ValueError("pooled_rows_error needs [N, D] rows")
+        e, r = _check(e.reshape(-1, e.shape[-1]), r.reshape(-1, r.shape[-1]))
+        if not torch.isfinite(e).all():
+            return math.inf
+        errs.append((e - r).pow(2).sum(-1))
+        refs.append(r.pow(2).sum(-1))
+    err, ref = torch.cat(errs), torch.cat(refs)
+    keep = err.numel() - min(math.ceil(drop * err.numel()), err.numel() - 1)
+    idx = err.argsort()[:keep]
+    den = float(ref[idx].sum())
+    if den == 0.0:
+        raise ValueError("reference rows are all zeros; a relative error is undefined")
+    return (float(err[idx].sum()) / den) ** 0.5
+
+
+def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *, drop: float) -> list[float]:
+    """Layer-local error per layer, pooled over prompts (docs/PARITY.md, "Layer-local parity").
+
+    Args:
+        engine: the engine's hidden states per prompt, [L + 1, T_p, H] (0 = embeddings).
+        local: per prompt, [L, T_p, H]: reference layer l run on the engine's ``engine[p][l]``
+            (``harness.layer_local.local_outputs``).
+        drop: the fraction of tokens left out per layer (:func:`pooled_rows_error`).
+    Returns:
+        L floats: for layer l, :func:`pooled_rows_error` of the engine's update ``h[l+1] − h[l]`` against the
+        reference layer's ``local[l] − h[l]``, over every prompt's tokens; ``inf`` on NaN.
+    Raises:
+        ValueError: unequal lists or shapes.
+    """
+    if not engine or len(engine) != len(local):
+        raise ValueError(f"local_update_errors needs matching non-empty lists, got {len(engine)} and {len(local)}")
+    for e, r in zip(engine, local, strict=True):
+        if e.ndim != 3 or tuple(r.shape) != (e.shape[0] - 1, *e.shape[1:]):
+            raise ValueError(f"engine hidden states {tuple(e.shape)} and local outputs {tuple(r.shape)}: expected "
+                             "[L + 1, T, H] and [L, T, H]")
+    n = engine[0].shape[0] - 1
+    return [pooled_rows_error([e[l + 1].double() - e[l].double() for e in engine],
+                              [r[l].double() - e[l].double() for e, r in zip(engine, local, strict=True)], drop=drop)
+            for l in range(n)]
+
+
+def storage_ratios(reference: list[torch.Tensor]) -> list[float]:
+    """Per layer l, ``‖h[l+1]‖ / ‖h[l+1] − h[l]‖`` of the reference's hidden states [L + 1, T_p, H], each norm
+    pooled over every prompt's tokens: how large the residual stream is against layer l's update (L floats).
+
+    Raises:
+        ValueError: no prompt, or a layer whose update is all zeros.
+    """
+    if not reference:
+        raise ValueError("storage_ratios needs at least one prompt's hidden states")
+    h2 = sum(r.double().pow(2).sum(dim=(1, 2))[1:] for r in reference)
+    d2 = sum(r.double().diff(dim=0).pow(2).sum(dim=(1, 2)) for r in reference)
+    if not bool((d2 > 0).all()):
+        raise ValueError("a layer's reference update is all zeros; its storage ratio is undefined")
+    return [float(x) for x in (h2 / d2).sqrt()]
+
+
 def first_bad_layer(errors: list[float], tolerances: list[float]) -> int | None:
     """Index (into [L+1], 0 = embeddings) of the first layer whose error exceeds its tolerance, or None."""
     for i, (err, tol) in enumerate(zip(errors, tolerances, strict=True)):

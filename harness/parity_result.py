@@ -51,6 +51,32 @@ class PromptFigures:
 
 
 @dataclass
+class RunFigures:
+    """Figures pooled over every prompt of a run (docs/PARITY.md, "Figures" and "Layer-local parity").
+
+    Attributes:
+        update_errors: per layer [L], the accumulated residual update ``h[l+1] − h[l]`` against the
+            reference's own, relative L2 pooled over every token (``Tolerance.update(l)``).
+        local_update_errors: per layer [L], the engine's update against reference layer l run on the
+            engine's own ``h[l]``, relative L2 pooled over every token but the worst ``local_drop``
+            (``Tolerance.local_update``).
+        local_update_tolerances: per layer [L], the threshold ``Tolerance.local_update`` of that layer's storage ratio.
+        local_logits_err: the engine's prefill logits against the reference's final norm + ``lm_head``
+            on the engine's ``h[L]`` (``Tolerance.local_logits``).
+        decode_consistency: ``alone`` / ``batched``: the engine's teacher-forced decode logits against its own
+            prefill logits of the same tokens (``Tolerance.decode_consistency``).
+        failures: every run-level check over its tolerance, in words.
+    """
+
+    update_errors: list[float] | None = None
+    local_update_errors: list[float] | None = None
+    local_update_tolerances: list[float] | None = None
+    local_logits_err: float = math.nan
+    decode_consistency: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ParityResult:
     """Outcome of one parity run.
 
@@ -74,7 +100,10 @@ class ParityResult:
         max_hidden_rel_err: the largest per-layer hidden-state relative L2 error over all prompts.
         update_errors: per layer [L], the residual update ``h[l+1] − h[l]`` error pooled over every prompt
             (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
-        update_failures: the layers whose pooled update error is over its tolerance (a red result).
+        update_failures: every run-level check over its tolerance (pooled update, layer-local update and
+            logits, decode consistency; ``RunFigures.failures``): each makes a red result.
+        local_update_errors, local_update_tolerances, local_logits_err, decode_consistency: the run-level figures
+            of ``RunFigures``.
     """
 
     ok: bool
@@ -98,6 +127,10 @@ class ParityResult:
     max_hidden_rel_err: float | None = None
     update_errors: list[float] | None = None
     update_failures: list[str] = field(default_factory=list)
+    local_update_errors: list[float] | None = None
+    local_update_tolerances: list[float] | None = None
+    local_logits_err: float = math.nan
+    decode_consistency: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -135,6 +168,10 @@ def format_table(result: ParityResult) -> str:
         f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed} nonce {result.prompt_nonce}, "
         f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
     )
+    if result.local_update_errors is not None:
+        dec = ", ".join(f"{m} {x:.2e}" for m, x in result.decode_consistency.items())
+        lines.append("layer-local update " + " ".join(f"{x:.2e}" for x in result.local_update_errors)
+                     + f", final norm + lm_head {result.local_logits_err:.2e}, decode consistency {dec or '-'}")
     for f in result.update_failures:
         lines.append(f"FAIL: {f}")
     if result.error:

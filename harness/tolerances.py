@@ -12,7 +12,7 @@ does, figure by figure, including the per-layer residual update pooled over a ru
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from metainfer.errors import UnknownNameError
 
@@ -39,6 +39,11 @@ class Tolerance:
             logits themselves; see ``parity_metrics.greedy_agreement``).
         update_offset, update_slope, update_cap: threshold of layer l's residual update pooled over a
             run's prompts (``parity_metrics.pooled_update_errors``), ``min(cap, offset + slope · (l + 1))``.
+        local_noise, local_k, local_drop: the layer-local update threshold (``local_update``): compute noise
+            of one layer (relative L2, from the anchor), the factor K, and the fraction of tokens left out.
+        local_logits: threshold of the final norm + ``lm_head`` run on the engine's last hidden state.
+        decode_consistency, decode_consistency_drop: threshold of the engine's decode logits against its own
+            prefill logits of the same tokens, pooled over the decode rows but the worst ``drop`` of them.
     """
 
     engine_dtype: str
@@ -54,6 +59,32 @@ class Tolerance:
     update_offset: float = 0.0
     update_slope: float = 0.0
     update_cap: float = float("inf")
+    local_noise: float = 0.0
+    local_k: float = 1.0
+    local_drop: float = 0.0
+    local_logits: float = float("inf")
+    decode_consistency: float = float("inf")
+    decode_consistency_drop: float = 0.0
+
+    def for_device(self, device: str) -> Tolerance:
+        """This tolerance on ``device``: on ``cuda[:N]`` the layer-local and decode-consistency thresholds times
+        ``CUDA_SCALE`` (provisional, see its comment); unchanged elsewhere."""
+        if not str(device).startswith("cuda"):
+            return self
+        return replace(self, local_k=self.local_k * CUDA_SCALE, local_logits=self.local_logits * CUDA_SCALE,
+                       decode_consistency=self.decode_consistency * CUDA_SCALE)
+
+    def local_update(self, storage_ratio: float) -> float:
+        """Threshold of one layer's layer-local update error (docs/PARITY.md, "Layer-local parity"):
+        ``local_k · sqrt(local_noise² + (BF16_U/√3 · storage_ratio)²)``.
+
+        ``storage_ratio`` = ‖h[l+1]‖ / ‖h[l+1] − h[l]‖ of the reference, pooled over the run: the engine's
+        hidden states come rounded to bfloat16, which alone errs by about ``BF16_U/√3`` of ‖h[l+1]‖ (the RMS
+        rounding error), a large part of a small update. Raises ``ValueError`` on a ratio that is not > 0.
+        """
+        if not storage_ratio > 0:
+            raise ValueError(f"storage ratio must be > 0, got {storage_ratio}")
+        return self.local_k * (self.local_noise**2 + (BF16_U / 3**0.5 * storage_ratio) ** 2) ** 0.5
 
     def hidden(self, index: int) -> float:
         """Threshold for hidden-state index ``index`` (0 = embeddings, i = output of layer i − 1)."""
@@ -82,36 +113,67 @@ ANCHOR_HIDDEN_OFFSET = 0.0196
 ANCHOR_HIDDEN_SLOPE = 0.0091
 ANCHOR_UPDATE_OFFSET = 0.0196
 ANCHOR_UPDATE_SLOPE = 0.0126
-#: A bf16 engine may land at most K times as far from the fp32 reference as HF-bf16 does.
+#: A bf16 engine may land at most K times as far from the fp32 reference as HF-bf16 does (the layer-local figures).
 K = 2.0
+#: The accumulated figures (per-prompt hidden states, pooled update) are nets for gross errors since the layer-local
+#: ones carry the sharp checks: K_NET times the anchor (at K = 2 honest engines failed them on 2 of ~25 quick gates).
+K_NET = 4.0
+#: Layer-local anchor (docs/PARITY.md, "Layer-local parity"): HF-bf16's per-layer compute noise with the bf16
+#: storage floor taken out (worst layer and seed), its final norm + lm_head, and its cached decode against its own
+#: uncached forward (``python -m harness.anchor_local``).
+ANCHOR_LOCAL_NOISE = 0.0097
+ANCHOR_LOCAL_LOGITS = 0.00236
+#: Decode consistency has no HF anchor of use (HF-bf16's cached decode matches its own uncached forward to 0.005):
+#: its threshold sits between the honest decode kernels of the template engine (worst 0.0087: split-K decode
+#: attention) and a GDN state rounded to bf16 once per step (best 0.018), docs/PARITY.md "Decode consistency".
+DECODE_CONSISTENCY = 0.0125
+#: On a CUDA device the layer-local and decode-consistency thresholds are this much looser (the Triton kernels'
+#: rounding there is not measured yet: scripts/h200/parity_local.sh); provisional.
+CUDA_SCALE = 1.5
+#: Tokens left out of each layer-local figure (a router tie resolved the other way errs a lot on a few tokens)
+#: and decode rows left out of decode consistency.
+LOCAL_DROP = 0.01
+DECODE_DROP = 0.1
 
 _BF16_VS_FP32 = Tolerance(
     "bfloat16", "float32",
-    logits_prompt=0.345,  # K x 0.1724, rounded up
-    logits_decode=0.175,  # K x 0.0872, rounded up
-    batch=0.345,  # as logits_prompt: two bf16 paths may differ as much as either from the reference
-    hidden_slope=0.0182,  # K x 0.0091
-    hidden_cap=0.345,  # no looser than the logits
+    logits_prompt=0.70,  # the anchor's worst single row (0.66), rounded up: a net for gross errors only
+    logits_decode=0.70,  # the same: a prompt of 1-3 tokens is judged on a few rows (an honest 0.413 on two)
+    batch=0.345,  # as before: two bf16 paths may differ as much as either from the reference
+    hidden_slope=0.0364,  # K_NET x 0.0091
+    hidden_cap=0.69,
     hidden_embed=BF16_U,
-    hidden_offset=0.0392,  # K x 0.0196
-    update_offset=0.0392,  # K x 0.0196
-    update_slope=0.0252,  # K x 0.0126
-    update_cap=0.345,
+    hidden_offset=0.0784,  # K_NET x 0.0196
+    update_offset=0.0784,  # K_NET x 0.0196
+    update_slope=0.0504,  # K_NET x 0.0126
+    update_cap=0.69,
+    local_noise=ANCHOR_LOCAL_NOISE,
+    local_k=K,
+    local_drop=LOCAL_DROP,
+    local_logits=0.0048,  # K x 0.00236, rounded up
+    decode_consistency=DECODE_CONSISTENCY,
+    decode_consistency_drop=DECODE_DROP,
 )
 
 #: Provisional (docs/PARITY.md): triangle inequality, 2A to fp32 plus A from fp32 to HF-bf16 = 3A.
 _BF16_VS_BF16 = Tolerance(
     "bfloat16", "bfloat16",
-    logits_prompt=0.518,  # 3 x 0.1724, rounded up
-    logits_decode=0.262,  # 3 x 0.0872, rounded up
+    logits_prompt=1.0,  # the fp32 pair's 0.70 plus HF-bf16's own worst row distance, rounded
+    logits_decode=1.0,
     batch=0.345,  # the engine against itself: as for the fp32 reference
-    hidden_slope=0.0273,  # 3 x 0.0091
-    hidden_cap=0.518,
+    hidden_slope=0.0455,  # (K_NET + 1) x 0.0091
+    hidden_cap=0.86,
     hidden_embed=BF16_U,
-    hidden_offset=0.0588,  # 3 x 0.0196
-    update_offset=0.0588,  # 3 x 0.0196
-    update_slope=0.0378,  # 3 x 0.0126
-    update_cap=0.518,
+    hidden_offset=0.098,  # (K_NET + 1) x 0.0196
+    update_offset=0.098,  # (K_NET + 1) x 0.0196
+    update_slope=0.063,  # (K_NET + 1) x 0.0126
+    update_cap=0.86,
+    local_noise=ANCHOR_LOCAL_NOISE,
+    local_k=K + 1,  # triangle inequality: K A to fp32 plus A from fp32 to HF-bf16
+    local_drop=LOCAL_DROP,
+    local_logits=0.0071,  # (K + 1) x 0.00236, rounded up
+    decode_consistency=DECODE_CONSISTENCY,
+    decode_consistency_drop=DECODE_DROP,
 )
 
 TOLERANCES: dict[tuple[str, str], Tolerance] = {

@@ -100,9 +100,9 @@ def _figure(result) -> str:
     if result.error:
         return "engine raised: " + result.error.strip().splitlines()[0][:120]
     failing = [f for f in result.prompts if f.failures]
-    pooled = getattr(result, "update_failures", None)
-    if pooled and not any("rel err" in x for f in failing for x in f.failures if "hidden" not in x):
-        return f"pooled update: {pooled[0]}"[:140]  # the per-prompt logits stayed inside: say what did not
+    run_level = getattr(result, "update_failures", None)
+    if run_level and not any("rel err" in x for f in failing for x in f.failures if "hidden" not in x):
+        return f"run-level: {run_level[0]}"[:140]  # the per-prompt logits stayed inside: say what did not
     if failing:
         worst = next((f for f in failing if f.name == result.worst_prompt), failing[0])
         return f"{worst.name}: {worst.failures[0]}"[:140]
