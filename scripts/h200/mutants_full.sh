@@ -10,9 +10,9 @@
 #
 # Leaves under $OUT: mutants.txt (the table and score, for docs/results/), mutants.json, mutants.log.
 # On a device budget (each full-size engine load costs tens of seconds) the default runs the unmutated
-# engine on the full GPU set and, on a short set (65, 2049 and one drawn in [3000, 4000], 32 steps), the
-# mutants the CPU cannot judge or that act on GPU-only kernels: MUTANT_ARGS replaces that selection
-# (MUTANT_ARGS="" runs all 32 on the full set: about 30-40 min).
+# engine on the full GPU set and every mutant on a short set (65, 2049 and one drawn in [3000, 4000], 32
+# steps), in the order below; MUTANT_ARGS replaces that selection (MUTANT_ARGS="" runs all on the full set).
+# Never pipe this script's output: the suite runs on in the background and would hold the pipe open.
 # The suite's engines are our own mutants, not candidates, so its workers share one Triton cache (each full-size
 # load would otherwise recompile every kernel) and run as plain processes (a namespace worker mounts it read-only).
 # The unmutated engine's row times the GPU parity set itself (the gate's parity stage at full size).
@@ -26,8 +26,14 @@ SEED=${SEED:-1234}
 export METAINFER_ISOLATION=process METAINFER_TRUSTED_TRITON_CACHE=/tmp/mi-triton-shared
 RES=/tmp/mutants; mkdir -p "$RES"
 ONLY=""
-for m in gdn_state_bf16 rope_slow_pairs_dropped attn_window qk_norm_swapped q_norm_skipped attn_scale \
-         attn_gate_constant nvfp4_nibble_order; do ONLY="$ONLY --only $m"; done
+# every mutant, those the CPU cannot judge or that act on GPU-only kernels first: a call that ends at its limit
+# has judged the ones that matter most (each row is printed as it finishes)
+for m in gdn_state_bf16 rope_slow_pairs_dropped attn_scale qk_norm_swapped attn_window q_norm_skipped \
+         attn_gate_constant nvfp4_nibble_order norm_zero_centred gdn_norm_gate gdn_delta_rule route_renorm \
+         gdn_decay_dt_bias gdn_decay_a_log gdn_beta_constant gdn_qk_l2norm route_sigmoid shared_expert_dropped \
+         shared_gate_constant nvfp4_block_scale_shift nvfp4_global_divisor nvfp4_down_global route_topk \
+         gdn_conv_taps rope_theta rope_fast_pairs_dropped input_norm_weight post_norm_weight q_norm_weight \
+         k_norm_weight final_norm_weight gdn_norm_weight; do ONLY="$ONLY --only $m"; done
 ARGS=${MUTANT_ARGS-"--mutant-lengths 65,2049,3000-4000 $ONLY"}
 
 collect() {
