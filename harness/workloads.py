@@ -1,17 +1,24 @@
-"""The three benchmark workloads (DESIGN.md, "Benchmark workloads") and how one sample is timed.
+"""The benchmark workloads (DESIGN.md, "Benchmark workloads"), each with its own shape, and how one sample is timed.
 
-| name | what | figure |
-|---|---|---|
-| ``ttft`` | one request, P-token prompt, 1 output token | ms (lower is better) |
-| ``decode-bs1`` | one request, P-token prompt, N output tokens | (N − 1) / (t_N − t_1) tok/s |
-| ``conc32`` | S concurrent requests, P in / N out, closed loop | S·N / t aggregate tok/s |
+| name | timing | figure | full P / N / S | CPU P / N / S |
+|---|---|---|---|---|
+| ``ttft`` | ttft | time of one ``generate`` (1 output token), ms (lower is better) | 256 / 1 / 1 | 16 / 1 / 1 |
+| ``decode-bs1`` | decode | (N − 1) / (t_N − t_1), tok/s | 256 / 256 / 1 | 16 / 8 / 1 |
+| ``conc32`` | conc | S·N / t, aggregate output tok/s, closed loop | 256 / 256 / 32 | 16 / 8 / 4 |
+| ``conc64`` | conc | as conc32 | 256 / 256 / 64 | 16 / 8 / 6 |
+| ``conc128`` | conc | as conc32 | 256 / 256 / 128 | 16 / 8 / 8 |
+| ``ttft-2k`` | ttft | as ttft, ms | 2048 / 1 / 1 | 32 / 1 / 1 |
+| ``ttft-8k`` | ttft | as ttft, ms | 8192 / 1 / 1 | 64 / 1 / 1 |
+| ``prefill-16k`` | prefill | P / t of one ``generate`` (1 output token), prompt tok/s | 16000 / 1 / 1 | 96 / 1 / 1 |
 
-Full shapes: P = 256, N = 256, S = 32. On the CPU they run scaled down (``CPU_SHAPES``) and
-the result says so. Prompts are random token ids drawn per sample from a seeded generator
-(the same prompts for both engines of an A/B round); outputs are forced to full length
-(``ignore_eos=True``, greedy) and their lengths checked, so an engine cannot look fast by
-stopping early. ``decode-bs1`` times two requests with different prompts (1 output token,
-then N) so a prefix cache cannot turn the second prefill into a free one.
+P = prompt tokens, N = output tokens, S = concurrent streams. A run is at one scale: full size
+(a GPU) or scaled down (the CPU, ``scaled_down: true``); ``FULL_SHAPES`` / ``CPU_SHAPES`` name the
+scale (and are the shapes of ``conc32``, the envelope of the first three workloads) and
+``Workload.at`` gives a workload's own shape at it. Prompts are random token ids drawn per
+sample from a seeded generator (the same prompts for both engines of an A/B round); outputs are
+forced to full length (``ignore_eos=True``, greedy) and their lengths checked, so an engine
+cannot look fast by stopping early. ``decode-bs1`` times two requests with different prompts
+(1 output token, then N) so a prefix cache cannot turn the second prefill into a free one.
 """
 
 from __future__ import annotations
@@ -19,14 +26,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """Workload shapes: ``prompt`` tokens P, ``output`` tokens N, concurrent ``streams`` S; ``scaled_down`` on the CPU."""
+    """One workload shape: ``prompt`` tokens P, ``output`` tokens N, concurrent ``streams`` S; ``scaled_down`` on the CPU."""
 
     prompt: int = 256
     output: int = 256
@@ -41,22 +48,105 @@ class Shapes:
 FULL_SHAPES = Shapes()
 CPU_SHAPES = Shapes(prompt=16, output=8, streams=4, scaled_down=True)
 
+#: timing methods (``measure``): what one sample times and which figure it yields
+TIMINGS = {
+    "ttft": "one request, P-token prompt, 1 output token: ms of one generate call",
+    "decode": "one request, P-token prompt: (N-1)/(t_N - t_1) output tok/s, two calls on different prompts",
+    "conc": "S requests in one generate call, P in / N out, closed loop: S*N/t aggregate output tok/s",
+    "prefill": "one request, P-token prompt, 1 output token: P/t prompt tok/s of one generate call",
+}
+
 
 @dataclass(frozen=True)
 class Workload:
-    """One workload: its ``name``, figure ``unit`` and direction."""
+    """One workload: ``name``, figure ``unit`` and direction, ``timing`` (a key of ``TIMINGS``) and its own
+    shapes at full size (``full``) and on the CPU (``cpu``).
+
+    Raises:
+        ValueError: an unknown timing, or shapes the timing cannot run (ttft/prefill: N = S = 1;
+            decode: S = 1, N >= 2; every P, N, S >= 1; ``cpu`` scaled down, ``full`` not).
+    """
 
     name: str
     unit: str
     higher_is_better: bool
     what: str
+    timing: str
+    full: Shapes
+    cpu: Shapes
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMINGS:
+            raise ValueError(f"workload {self.name}: unknown timing {self.timing!r}; known: {', '.join(TIMINGS)}")
+        for s, down in ((self.full, False), (self.cpu, True)):
+            if min(s.prompt, s.output, s.streams) < 1 or s.scaled_down != down:
+                raise ValueError(f"workload {self.name}: bad shape {s}")
+            if self.timing in ("ttft", "prefill") and (s.output, s.streams) != (1, 1):
+                raise ValueError(f"workload {self.name}: {self.timing} runs one request of 1 output token, got {s}")
+            if self.timing == "decode" and (s.streams != 1 or s.output < 2):
+                raise ValueError(f"workload {self.name}: decode runs one request of at least 2 output tokens, got {s}")
+
+    def at(self, scale: Shapes) -> Shapes:
+        """This workload's own shape at the scale of ``scale``: ``cpu`` when ``scale.scaled_down``, else ``full``.
+
+        ``scale`` is ``FULL_SHAPES`` or ``CPU_SHAPES`` (what ``harness.bench.shapes_for`` returns) or
+        one of this workload's own two shapes.
+
+        Raises:
+            ValueError: any other shape (a workload's shape is fixed; its numbers would be ignored).
+        """
+        if scale not in (FULL_SHAPES, CPU_SHAPES, self.full, self.cpu):
+            raise ValueError(f"workload {self.name} runs its own shapes ({self.full} / {self.cpu}); "
+                             f"pass FULL_SHAPES or CPU_SHAPES to pick the scale, not {scale}")
+        return self.cpu if scale.scaled_down else self.full
 
 
-WORKLOADS: dict[str, Workload] = {
-    "ttft": Workload("ttft", "ms", False, "one request, P-token prompt, 1 output token: median time to first token"),
-    "decode-bs1": Workload("decode-bs1", "tok/s", True, "one request, P-token prompt, N output tokens: (N-1)/(t_N - t_1)"),
-    "conc32": Workload("conc32", "tok/s", True, "S concurrent requests, P in / N out, closed loop: aggregate output tok/s"),
-}
+def _cpu(prompt: int, output: int, streams: int) -> Shapes:
+    return Shapes(prompt, output, streams, scaled_down=True)
+
+
+def _conc(streams: int, cpu_streams: int) -> Workload:
+    return Workload(f"conc{streams}", "tok/s", True, f"{streams} concurrent requests, 256 in / 256 out, closed loop: "
+                    "aggregate output tok/s", "conc", Shapes(256, 256, streams), _cpu(16, 8, cpu_streams))
+
+
+def _ttft(name: str, prompt: int, cpu_prompt: int) -> Workload:
+    return Workload(name, "ms", False, f"one request, {prompt}-token prompt, 1 output token: median time to first token",
+                    "ttft", Shapes(prompt, 1, 1), _cpu(cpu_prompt, 1, 1))
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    _ttft("ttft", 256, 16),
+    Workload("decode-bs1", "tok/s", True, "one request, 256-token prompt, 256 output tokens: (N-1)/(t_N - t_1)",
+             "decode", Shapes(256, 256, 1), _cpu(16, 8, 1)),
+    _conc(32, 4),  # = FULL_SHAPES / CPU_SHAPES
+    _conc(64, 6),
+    _conc(128, 8),
+    _ttft("ttft-2k", 2048, 32),
+    _ttft("ttft-8k", 8192, 64),
+    Workload("prefill-16k", "prompt tok/s", True, "one request, 16,000-token prompt, 1 output token: prompt tokens/s",
+             "prefill", Shapes(16000, 1, 1), _cpu(96, 1, 1)),
+)}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What an engine must hold to run a set of workloads: ``max_batch`` slots of ``max_seq_len`` tokens."""
+
+    max_batch: int
+    max_seq_len: int
+
+
+def capacity(workloads: list[Workload], scale: Shapes) -> Capacity:
+    """The ``engine.load`` capacity for ``workloads`` at ``scale``: max S + 1 slots, max(P + N) + 8 tokens each.
+
+    Raises:
+        ValueError: no workloads.
+    """
+    if not workloads:
+        raise ValueError("capacity of no workloads; select at least one")
+    shapes = [w.at(scale) for w in workloads]
+    return Capacity(max(s.streams for s in shapes) + 1, max(s.prompt + s.output for s in shapes) + 8)
 
 
 class BenchError(RuntimeError):
@@ -124,27 +214,45 @@ def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
     return dt
 
 
+def _time_ttft(runner: Runner, s: Shapes, seed: int) -> float:
+    return 1e3 * _timed(runner, draw_prompts(seed, 1, s.prompt, runner.vocab_size), 1)
+
+
+def _time_prefill(runner: Runner, s: Shapes, seed: int) -> float:
+    return s.prompt / _timed(runner, draw_prompts(seed, 1, s.prompt, runner.vocab_size), 1)
+
+
+def _time_decode(runner: Runner, s: Shapes, seed: int) -> float:
+    p, n, v = s.prompt, s.output, runner.vocab_size
+    for attempt in range(3):  # a noisy machine can invert one pair; three inverted pairs is the engine
+        first, full = draw_prompts(seed + 7919 * attempt, 2, p, v)
+        t1 = _timed(runner, [first], 1)
+        tn = _timed(runner, [full], n)
+        if tn > t1:
+            return (n - 1) / (tn - t1)
+    raise BenchError(f"{runner.name}: {n} tokens took {tn:.4f}s, not more than 1 token ({t1:.4f}s), three times")
+
+
+def _time_conc(runner: Runner, s: Shapes, seed: int) -> float:
+    return s.streams * s.output / _timed(runner, draw_prompts(seed, s.streams, s.prompt, runner.vocab_size), s.output)
+
+
+#: timing name -> one sample of it on a runner at a shape, in the workload's unit
+TIMERS: dict[str, Callable[[Runner, Shapes, int], float]] = {
+    "ttft": _time_ttft, "prefill": _time_prefill, "decode": _time_decode, "conc": _time_conc,
+}
+
+
 def measure(workload: Workload, runner: Runner, shapes: Shapes, seed: int) -> float:
-    """One sample of ``workload`` on ``runner``: ms for ``ttft``, tok/s for the others.
+    """One sample of ``workload`` on ``runner`` at its own shape for the scale of ``shapes`` (``Workload.at``),
+    in the workload's unit: ms for the ttft timings, prompt tok/s for prefill, output tok/s for the others.
 
     Raises:
         BenchError: the runner returned the wrong number or length of outputs, or
             ``decode-bs1`` measured t_N <= t_1 in three attempts (a broken or cheating engine).
+        ValueError: ``shapes`` names no scale of this workload (``Workload.at``).
     """
-    p, n, s, v = shapes.prompt, shapes.output, shapes.streams, runner.vocab_size
-    if workload.name == "ttft":
-        return 1e3 * _timed(runner, draw_prompts(seed, 1, p, v), 1)
-    if workload.name == "decode-bs1":
-        for attempt in range(3):  # a noisy machine can invert one pair; three inverted pairs is the engine
-            first, full = draw_prompts(seed + 7919 * attempt, 2, p, v)
-            t1 = _timed(runner, [first], 1)
-            tn = _timed(runner, [full], n)
-            if tn > t1:
-                return (n - 1) / (tn - t1)
-        raise BenchError(f"{runner.name}: {n} tokens took {tn:.4f}s, not more than 1 token ({t1:.4f}s), three times")
-    if workload.name == "conc32":
-        return s * n / _timed(runner, draw_prompts(seed, s, p, v), n)
-    raise ValueError(f"unknown workload {workload.name!r}; known: {', '.join(WORKLOADS)}")
+    return TIMERS[workload.timing](runner, workload.at(shapes), seed)
 
 
 class WorkerRunner:

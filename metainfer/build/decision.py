@@ -14,7 +14,9 @@ from typing import Any
 from metainfer.build.gate_runner import GateOutcome
 
 #: workload name -> trailer key, in trailer order (DESIGN.md "Benchmark workloads")
-WORKLOAD_TRAILERS = {"ttft": "TTFT-ms", "decode-bs1": "Decode-BS1-Tok-S", "conc32": "Conc32-Tok-S"}
+WORKLOAD_TRAILERS = {"ttft": "TTFT-ms", "decode-bs1": "Decode-BS1-Tok-S", "conc32": "Conc32-Tok-S",
+                     "conc64": "Conc64-Tok-S", "conc128": "Conc128-Tok-S", "ttft-2k": "TTFT-2k-ms", "ttft-8k": "TTFT-8k-ms",
+                     "prefill-16k": "Prefill-16k-Tok-S"}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from metainfer.build.decision import as_float
 from metainfer.build.records import RunRecord
 
-WORKLOAD_ORDER = ("ttft", "decode-bs1", "conc32")
+WORKLOAD_ORDER = ("ttft", "decode-bs1", "conc32", "conc64", "conc128", "ttft-2k", "ttft-8k", "prefill-16k")
 
 
 @dataclass

@@ -13,7 +13,8 @@ from metainfer.errors import MetainferError
 def bench(
     engine: Path = typer.Option(..., "--engine", help="engine folder (generated/<target>) holding engine/"),
     checkpoint: Path = typer.Option(..., "--checkpoint", help="checkpoint folder the engine (and the peer) loads"),
-    workload: str = typer.Option(..., "--workload", help="ttft, decode-bs1 or conc32"),
+    workload: str = typer.Option(..., "--workload", help="one of docs/BENCHMARKS.md: ttft, decode-bs1, conc32, conc64, conc128, "
+                                                   "ttft-2k, ttft-8k, prefill-16k"),
     peer: str = typer.Option(None, "--peer", help="also run a peer on the same workload: hf or vllm"),
     rounds: int = typer.Option(5, "--rounds", help="measured samples after one warm-up"),
     seed: int = typer.Option(0, "--seed", help="seed of the random prompts"),
@@ -40,9 +41,12 @@ def bench(
     if rounds < 1:
         raise MetainferError(f"--rounds must be at least 1, got {rounds}")
     try:
-        parse_workloads(workload)
+        chosen = parse_workloads(workload)
     except ValueError as err:
         raise MetainferError(str(err)) from None
+    if len(chosen) != 1:
+        raise MetainferError(f"--workload takes one name, got {workload!r}; run the command once per workload")
+    workload = chosen[0].name
     if peer:
         try:
             preflight(peer, device)
@@ -51,14 +55,15 @@ def bench(
     gpu = detect() if device == "cuda" else get_gpu("cpu")
     shapes = shapes_for("full" if device == "cuda" else "cpu")
     config = BenchConfig([workload], rounds, seed, shapes, device, gpu)
+    own = chosen[0].at(shapes)  # the workload's own shape at this scale
     try:
         ours = bench_single(engine, checkpoint, config)[workload]
     except BenchError as err:
         raise MetainferError(f"the engine broke the workload's rules: {err}") from None
     env = env_info(engine)
-    result = {"workload": workload, "shapes": shapes.to_dict(), "rounds": rounds, "seed": seed, "device": device,
+    result = {"workload": workload, "shapes": own.to_dict(), "rounds": rounds, "seed": seed, "device": device,
               "gpu_profile": gpu.name, "env": env, "engine": ours, "peer": None}
-    typer.echo(f"{workload} ({'scaled down: ' if shapes.scaled_down else ''}{shapes.prompt} in / {shapes.output} out / {shapes.streams} streams)"
+    typer.echo(f"{workload} ({'scaled down: ' if own.scaled_down else ''}{own.prompt} in / {own.output} out / {own.streams} streams)"
                f" on {env['gpu']}, commit {env['commit']}")
     typer.echo(f"  engine: {ours['median']:.4g} {ours['unit']} ± {100 * ours['spread']:.1f}% (range/median, {rounds} samples),"
                f" {100 * ours['roofline_fraction']:.1f}% of roofline ({ours['roofline']:.4g} {ours['unit']})")

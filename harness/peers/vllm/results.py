@@ -9,7 +9,7 @@ Result JSON (``harness/bench.py`` reads it; keys beyond these may be added, none
      "startup_s": 190.2, "seed": 0, "settings": {...}, "env": {...}, "dry_run": false, "error": null,
      "workloads": {"ttft": {"unit": "ms", "higher_is_better": false, "median": 92.5,
                             "spread": 1.3, "samples": [...], "method": "..."},
-                   "decode-bs1": {"unit": "tok/s", ...}, "conc32": {"unit": "tok/s", ...}},
+                   "decode-bs1": {"unit": "tok/s", ...}, "conc32": {"unit": "tok/s", ...}, ...},
      "greedy": {"max_tokens": 16, "prompts": [[...]], "tokens": [[...]]}}
 """
 
@@ -24,11 +24,17 @@ from pathlib import Path
 
 PROMPT_LEN = 256
 CONC = 32
+#: timing methods, as in ``harness.workloads.TIMINGS`` (``run_vllm.measure`` dispatches on them)
+TIMINGS = ("ttft", "decode", "conc", "prefill")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One DESIGN.md workload: ``batch`` requests of ``prompt_len`` tokens, ``max_tokens`` out each."""
+    """One DESIGN.md workload: ``batch`` requests of ``prompt_len`` tokens, ``max_tokens`` out each, timed by ``timing``.
+
+    The same definitions as ``harness.workloads.WORKLOADS`` at full size (``tests/test_workloads_vllm.py``
+    checks it); kept apart because this file runs on the device without the repository's packages.
+    """
 
     name: str
     unit: str
@@ -37,16 +43,39 @@ class Workload:
     prompt_len: int
     max_tokens: int
     method: str
+    timing: str
 
 
-WORKLOADS: dict[str, Workload] = {
-    "ttft": Workload("ttft", "ms", False, 1, PROMPT_LEN, 1,
-                     "wall time of LLM.generate for one 256-token prompt and max_tokens=1 (prefill + first token + scheduling), ms"),
-    "decode-bs1": Workload("decode-bs1", "tok/s", True, 1, PROMPT_LEN, 256,
-                           "255 / (t_256 - t_1): wall times of generate with max_tokens=256 and =1 on the same prompt"),
-    "conc32": Workload("conc32", "tok/s", True, CONC, PROMPT_LEN, 256,
-                       "32*256 / wall time of one LLM.generate over 32 prompts (prefill included), aggregate output tok/s"),
-}
+def _ttft(name: str, prompt_len: int) -> Workload:
+    return Workload(name, "ms", False, 1, prompt_len, 1,
+                    f"wall time of LLM.generate for one {prompt_len}-token prompt and max_tokens=1 (prefill + first token + scheduling), ms",
+                    "ttft")
+
+
+def _conc(streams: int) -> Workload:
+    return Workload(f"conc{streams}", "tok/s", True, streams, PROMPT_LEN, 256,
+                    f"{streams}*256 / wall time of one LLM.generate over {streams} prompts (prefill included), aggregate output tok/s",
+                    "conc")
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    _ttft("ttft", PROMPT_LEN),
+    Workload("decode-bs1", "tok/s", True, 1, PROMPT_LEN, 256,
+             "255 / (t_256 - t_1): wall times of generate with max_tokens=256 and =1 on the same prompt", "decode"),
+    _conc(CONC),
+    _conc(64),
+    _conc(128),
+    _ttft("ttft-2k", 2048),
+    _ttft("ttft-8k", 8192),
+    Workload("prefill-16k", "prompt tok/s", True, 1, 16000, 1,
+             "16000 / wall time of LLM.generate for one 16,000-token prompt and max_tokens=1, prompt tok/s", "prefill"),
+)}
+
+
+def model_len_needed(names: list[str]) -> int:
+    """Tokens one sequence of the workloads ``names`` reaches: max(prompt_len + max_tokens). Raises KeyError on an unknown name."""
+    return max(WORKLOADS[n].prompt_len + WORKLOADS[n].max_tokens for n in names)
+
 
 #: config keys whose ids are special tokens; random prompts stay below the lowest of them.
 _SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
@@ -114,12 +143,14 @@ def read_greedy_prompts(path: Path | None, high: int) -> tuple[list[list[int]], 
     return prompts, max_tokens
 
 
-def new_result(checkpoint: str, seed: int, settings: dict, dry_run: bool) -> dict:
-    """The result skeleton: every workload present with null figures until measured."""
+def new_result(checkpoint: str, seed: int, settings: dict, dry_run: bool, names: list[str] | None = None) -> dict:
+    """The result skeleton: every workload of ``names`` (default: all) present with null figures until measured.
+    Raises KeyError on an unknown name."""
+    chosen = [WORKLOADS[n] for n in names] if names is not None else list(WORKLOADS.values())
     return {
         "peer": "vllm", "version": None, "checkpoint": checkpoint, "gpu": None, "startup_s": None,
         "seed": seed, "settings": settings, "env": {}, "dry_run": dry_run, "error": None,
-        "workloads": {w.name: summarize([], w.unit, w.higher_is_better, w.method) for w in WORKLOADS.values()},
+        "workloads": {w.name: summarize([], w.unit, w.higher_is_better, w.method) for w in chosen},
         "greedy": {"max_tokens": None, "prompts": [], "tokens": []},
     }
 

@@ -1,4 +1,4 @@
-"""Run vLLM 0.25.1 on a checkpoint folder: the three DESIGN.md workloads and a greedy cross-check, as JSON.
+"""Run vLLM 0.25.1 on a checkpoint folder: the DESIGN.md workloads (``results.WORKLOADS``) and a greedy cross-check, as JSON.
 
 On the H200 machine, after ``install.sh`` (``PYTHONPATH=/tmp/site``)::
 
@@ -8,8 +8,8 @@ Settings from ``../shared/peers/vllm-0.25.1.md``: in-process engine (VLLM_ENABLE
 VLLM_USE_FLASHINFER_SAMPLER=0, ``language_model_only=True`` (vision tower not built, so the
 checkpoint needs no ``model.visual.*``; ``mtp.*`` is skipped by the loader),
 ``gdn_prefill_backend="triton"``, ``skip_tokenizer_init=True`` with token-id prompts,
-``max_model_len=4096``. Prefix caching is off by default so repeated prompts are prefilled
-in full, as in our engine. CUDA graphs and torch.compile stay at vLLM's defaults.
+``max_model_len=4096`` (16384 when a selected workload needs more: ttft-8k, prefill-16k). Prefix
+caching is off by default so repeated prompts are prefilled in full, as in our engine. CUDA graphs and torch.compile stay at vLLM's defaults.
 
 Measurements (wall clock around ``LLM.generate``, ``use_tqdm=False``; each repetition on a
 fresh random prompt; one unmeasured warm-up per workload; greedy, ``ignore_eos``):
@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 if __package__:
-    from .results import CONC, WORKLOADS, new_result, random_prompts, read_greedy_prompts, summarize, token_high, write_result
+    from .results import CONC, WORKLOADS, model_len_needed, new_result, random_prompts, read_greedy_prompts, summarize, token_high, write_result
 else:  # run by path on the device: python3 harness/peers/vllm/run_vllm.py
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from results import CONC, WORKLOADS, new_result, random_prompts, read_greedy_prompts, summarize, token_high, write_result
+    from results import CONC, WORKLOADS, model_len_needed, new_result, random_prompts, read_greedy_prompts, summarize, token_high, write_result
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,15 @@ class PeerSettings:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options; argparse exits with status 2 on a usage error."""
-    ap = argparse.ArgumentParser(prog="run_vllm.py", description="vLLM 0.25.1 peer: ttft, decode-bs1, conc32 and greedy tokens, as one JSON.")
+    ap = argparse.ArgumentParser(prog="run_vllm.py", description="vLLM 0.25.1 peer: the benchmark workloads and greedy tokens, as one JSON.")
     ap.add_argument("--checkpoint", type=Path, required=True, help="HF checkpoint folder (the one our engine loads)")
     ap.add_argument("--out", type=Path, required=True, help="result JSON path (rewritten after every step)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.8, help="vLLM's share of GPU memory (lower it when our engine holds the GPU too)")
-    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="vLLM's max_model_len (default: 4096, or 16384 when a selected workload needs more: ttft-8k, prefill-16k)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random prompt draw (and vLLM's)")
-    ap.add_argument("--reps", type=int, default=7, help="measured repetitions of ttft")
-    ap.add_argument("--reps-long", type=int, default=3, help="measured repetitions of decode-bs1 and conc32")
+    ap.add_argument("--reps", type=int, default=7, help="measured repetitions of the one-request workloads (ttft, ttft-2k, ttft-8k, prefill-16k)")
+    ap.add_argument("--reps-long", type=int, default=3, help="measured repetitions of decode-bs1 and the conc workloads")
     ap.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma-separated subset of " + ",".join(WORKLOADS))
     ap.add_argument("--greedy-prompts", type=Path, default=None,
                     help="JSON list of token-id lists (or {'prompts': [...], 'max_tokens': N}); default: 4 seeded prompts, 16 tokens")
@@ -72,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [w for w in a.workloads.split(",") if w not in WORKLOADS]
     if bad:
         ap.error(f"unknown workload(s) {bad}; choose from {list(WORKLOADS)}")
+    need = model_len_needed(a.workloads.split(","))
+    if a.max_model_len is None:
+        a.max_model_len = 4096 if need <= 4096 else 16384 * -(-need // 16384)
+    elif a.max_model_len < need:
+        ap.error(f"--max-model-len {a.max_model_len} is below the {need} tokens of the selected workloads; raise it or leave it out")
     if not 0.05 <= a.gpu_memory_utilization <= 0.98:
         ap.error(f"--gpu-memory-utilization {a.gpu_memory_utilization} outside 0.05..0.98")
     if a.reps < 1 or a.reps_long < 1:
@@ -154,10 +160,13 @@ def measure(llm, name: str, prompts: list[list[list[int]]]) -> list[float]:
     """Samples of workload ``name``; ``prompts[k]`` is the batch of repetition k (k=0 is the unmeasured warm-up)."""
     w, samples = WORKLOADS[name], []
     for k, batch in enumerate(prompts):
-        if name == "ttft":
+        if w.timing == "ttft":
             dt, _ = timed_generate(llm, batch, 1)
             value = dt * 1e3
-        elif name == "decode-bs1":
+        elif w.timing == "prefill":
+            dt, _ = timed_generate(llm, batch, 1)
+            value = len(batch[0]) / dt
+        elif w.timing == "decode":
             t1, _ = timed_generate(llm, batch, 1)
             tn, _ = timed_generate(llm, batch, w.max_tokens)
             value = (w.max_tokens - 1) / (tn - t1)
@@ -175,7 +184,7 @@ def plan_prompts(a: argparse.Namespace, high: int) -> dict[str, list[list[list[i
     plan = {}
     for i, name in enumerate(a.workloads.split(",")):
         w = WORKLOADS[name]
-        reps = 1 + (a.reps if name == "ttft" else a.reps_long)
+        reps = 1 + (a.reps if w.timing in ("ttft", "prefill") else a.reps_long)
         flat = random_prompts(a.seed * 1000 + i, reps * w.batch, w.prompt_len, high)
         plan[name] = [flat[k * w.batch:(k + 1) * w.batch] for k in range(reps)]
     return plan
@@ -187,7 +196,8 @@ def run(a: argparse.Namespace) -> dict:
     high = token_high(config)
     s = PeerSettings(str(a.checkpoint.resolve()), a.gpu_memory_utilization, a.max_model_len, a.enforce_eager,
                      a.prefix_caching, a.seed)
-    result = new_result(s.checkpoint, a.seed, {**asdict(s), "prompt_ids": [0, high], "conc": CONC}, a.dry_run)
+    result = new_result(s.checkpoint, a.seed, {**asdict(s), "prompt_ids": [0, high], "conc": CONC}, a.dry_run,
+                        a.workloads.split(","))
     greedy, greedy_n = read_greedy_prompts(a.greedy_prompts, high)
     if max(map(len, greedy)) + greedy_n > a.max_model_len:
         raise ValueError(f"a greedy prompt plus {greedy_n} tokens exceeds --max-model-len {a.max_model_len}; shorten it")
