@@ -7,7 +7,9 @@ back to back with the same prompts, the order alternating from round to round (A
 so slow drift charges both alike, and the order of the workloads drawn afresh per round from the
 secret prompt seed (an engine cannot tell decode-bs1's first-token call from ttft's by its place in
 the sequence); decode-bs1's t_1 is floored by the same engine's ttft call of the same round (the
-same shape: a padded t_1 would shrink t_N - t_1 and inflate the figure); the idle engine's worker is paused (SIGSTOP) while the other is
+same shape: a padded t_1 would shrink t_N - t_1 and inflate the figure); with two rounds or more the
+rounds are split over two sessions of fresh workers, the candidate started, warmed and timed first in one and
+the baseline in the other (``sessions``), so no place in the order tells an engine its role; the idle engine's worker is paused (SIGSTOP) while the other is
 timed, so nothing it left running can steal time from it. Prompts are drawn in the judge from the seed mixed with a
 secret nonce and sent after ``load`` returned. The clock runs in the judge: it starts before a
 request is sent and stops when the outputs arrived as Python ints. Every output is then checked
@@ -19,11 +21,11 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from harness import roofline, stats
-from harness.bench_outputs import check_outputs
+from harness.bench_outputs import OutputCheck, check_outputs
 from harness.nonce import prompt_seed
 from harness.worker import EngineError, Worker, WorkerLimits
 from harness.worker_procs import paused
@@ -166,23 +168,57 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     text, quant = model_facts(checkpoint_dir)
     vocab = text["vocab_size"]
     deadline = time.monotonic() + config.limits.stage_s
-    runners: list[WorkerRunner] = []
-    try:
-        pending = [start_runner("candidate", candidate_dir, checkpoint_dir, config, vocab, deadline)]
-        runners.append(pending[0][0])
-        if baseline_dir is not None:
-            pending.append(start_runner("baseline", baseline_dir, checkpoint_dir, config, vocab, deadline))
-            runners.append(pending[1][0])
-        for runner, due in pending:
-            finish_load(runner, due)
-        samples = _ab_rounds(runners, workloads, config)
-        check = check_outputs(runners[0], runners[1]) if len(runners) == 2 else None
-    finally:
-        for r in runners:
-            r.worker.close()
+    dirs = {"candidate": candidate_dir, "baseline": baseline_dir}
+    samples: dict[str, dict[str, list[float]]] = {}
+    checks: list[OutputCheck] = []
+    for names, first_round, n in sessions(config.rounds, baseline_dir is not None):
+        runners: list[WorkerRunner] = []
+        try:
+            pending = []
+            for name in names:  # started, loaded, warmed and (in its first round) timed in this order
+                pending.append(start_runner(name, dirs[name], checkpoint_dir, config, vocab, deadline))
+                runners.append(pending[-1][0])
+            for runner, due in pending:
+                finish_load(runner, due)
+            got = _ab_rounds(runners, workloads, config, first_round, n)
+            by_name = {r.name: r for r in runners}
+            if len(runners) == 2:
+                checks.append(check_outputs(by_name["candidate"], by_name["baseline"]))
+        finally:
+            for r in runners:
+                r.worker.close()
+        for name, per in got.items():
+            for w, xs in per.items():
+                samples.setdefault(name, {}).setdefault(w, []).extend(xs)
     res = summarize(samples, workloads, text, quant, config)
-    res.data["output_check"] = check.to_dict() if check else None
+    res.data["output_check"] = merge_checks(checks).to_dict() if checks else None
+    res.data["sessions"] = [{"order": list(names), "rounds": n} for names, _, n in sessions(config.rounds, baseline_dir is not None)]
     return res
+
+
+def sessions(rounds: int, ab: bool) -> list[tuple[tuple[str, ...], int, int]]:
+    """The bench's sessions: ``(engine names in start order, first round, rounds)``. An A/B bench of 2+ rounds runs
+    two sessions with fresh workers, the candidate first in one and the baseline first in the other, so whatever an
+    engine could read off its place in the order (started, loaded, warmed or timed first: ``role_from_warmup_gap``
+    told the baseline by the gap between its load and its first call) falls on each role once; an engine that
+    sleeps when it takes itself for the baseline then loses the other session's rounds."""
+    if not ab:
+        return [(("candidate",), 0, rounds)]
+    first = (rounds + 1) // 2
+    plan = [(("candidate", "baseline"), 0, first)]
+    if rounds > first:
+        plan.append((("baseline", "candidate"), first, rounds - first))
+    return plan
+
+
+def merge_checks(checks: list[OutputCheck]) -> OutputCheck:
+    """The sum of the sessions' output checks (``worst_gap_std`` the largest)."""
+    out = OutputCheck()
+    for c in checks:
+        for f in fields(OutputCheck):
+            a, b = getattr(out, f.name), getattr(c, f.name)
+            setattr(out, f.name, max(a, b) if f.name == "worst_gap_std" else a + b)
+    return out
 
 
 class _Recorder:
@@ -211,22 +247,24 @@ def floored_decode(figure: float, calls: list[tuple[int, int, float]], ttft_s: f
     return min(figure, (n - 1) / (tn - floor)) if tn > floor else figure
 
 
-def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: BenchConfig) -> dict[str, dict[str, list[float]]]:
-    """Warm every runner, then the alternating rounds; ``{runner: {workload: [one sample per round]}}``."""
+def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: BenchConfig, first_round: int = 0,
+               rounds: int | None = None) -> dict[str, dict[str, list[float]]]:
+    """Warm every runner, then rounds ``first_round ..`` (``rounds`` of them, default ``config.rounds``), alternating
+    which runner goes first (``runners[0]`` in even rounds); ``{runner: {workload: [one sample per round]}}``."""
     def timed(runner: WorkerRunner, w: Workload, seed: int) -> tuple[float, list]:
         rec = _Recorder(runner)
         with paused([r.worker for r in runners if r is not runner]):  # the idle engine cannot steal time
             return measure(w, rec, config.shapes, seed), rec.calls
 
-    shuffle = random.Random(config.prompt_seed * 7919 + 17)  # the secret order of the workloads, round by round
+    shuffle = random.Random(config.prompt_seed * 7919 + 17 + first_round)  # the secret order of the workloads, per round
     for runner in runners:
         for i in range(config.warmup):
             for w in shuffle.sample(workloads, len(workloads)):
                 timed(runner, w, -1 - i)
     samples: dict[str, dict[str, list[float]]] = {r.name: {w.name: [] for w in workloads} for r in runners}
     index = {w.name: wi for wi, w in enumerate(workloads)}
-    for rnd in range(config.rounds):
-        order = runners if rnd % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
+    for rnd in range(first_round, first_round + (config.rounds if rounds is None else rounds)):
+        order = runners if (rnd - first_round) % 2 == 0 else runners[::-1]  # AB, BA, AB, ...
         got: dict[str, dict[str, tuple[float, list]]] = {r.name: {} for r in runners}
         for w in shuffle.sample(workloads, len(workloads)):
             seed = config.prompt_seed * 1000 + 10 * rnd + index[w.name]  # same prompts for both engines of this round

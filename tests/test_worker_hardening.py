@@ -31,13 +31,18 @@ class _Proc:
         self.proc, self.isolation = proc, isolation
 
 
-@pytest.mark.parametrize("level", LEVELS)
-def test_a_fork_chain_neither_runs_while_paused_nor_survives_the_kill(tmp_path, level):
+#: the same, each hop leaving the process group first (setsid): only the namespace holds it
+SETSID_HOPPER = HOPPER + "    os.setsid()\n"
+CHAINS = [(level, HOPPER) for level in LEVELS] + [("namespace", SETSID_HOPPER)] * ("namespace" in LEVELS)
+
+
+@pytest.mark.parametrize("level, hopper", CHAINS, ids=[f"{lv}-{'setsid' if h is SETSID_HOPPER else 'group'}" for lv, h in CHAINS])
+def test_a_fork_chain_neither_runs_while_paused_nor_survives_the_kill(tmp_path, level, hopper):
     out = tmp_path / "hops.txt"
     work = tmp_path / "work"
     (work / "tmp").mkdir(parents=True)
     with open(out, "wb") as fh:
-        proc = subprocess.Popen(worker_isolation.wrap([sys.executable, "-c", HOPPER], work, level), stdout=fh, cwd=work,
+        proc = subprocess.Popen(worker_isolation.wrap([sys.executable, "-c", hopper], work, level), stdout=fh, cwd=work,
                                 start_new_session=True)
     w = _Proc(proc, level)
     try:
