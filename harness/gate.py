@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed of parity inputs and bench prompts (default: fresh, recorded)")
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
-    p.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma list of ttft,decode-bs1,conc32")
+    p.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma list of workloads (harness/workloads.py: ttft, decode-bs1, conc32, conc64, conc128, ttft-2k, ttft-8k, prefill-16k); default ttft,decode-bs1,conc32")
     p.add_argument("--parity-lengths", default=None, help="comma list of prompt lengths for a quick parity check (default: docs/PARITY.md's full set)")
     p.add_argument("--parity-steps", type=int, default=None, help="teacher-forced decode steps per parity prompt (default: docs/PARITY.md)")
     p.add_argument("--prompt-nonce", type=int, default=None, help="reproduce a gate run: the nonce its JSON records under nonces.gate (default: fresh, secret until the gate ends)")

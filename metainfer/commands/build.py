@@ -32,7 +32,7 @@ def build(
                                        "iteration); default 3600, on --resume the run's"),
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
-    workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),
+    workloads: str = typer.Option(None, "--workloads", help="comma list of gate workloads (ttft, decode-bs1, conc32, conc64, conc128, ttft-2k, ttft-8k, prefill-16k; default: ttft,decode-bs1,conc32)"),
     resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted, stopped or failed run to "
                                "continue; its options are the run's, except those given again"),
     script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "

@@ -28,7 +28,7 @@ def upgrade(
     gate_timeout: float = typer.Option(None, "--gate-timeout", help="seconds before a gate run is killed (default 3600)"),
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu or full (default: the gate's)"),
-    workloads: str = typer.Option(None, "--workloads", help="comma list of ttft,decode-bs1,conc32 (default: all)"),
+    workloads: str = typer.Option(None, "--workloads", help="comma list of gate workloads (ttft, decode-bs1, conc32, conc64, conc128, ttft-2k, ttft-8k, prefill-16k; default: ttft,decode-bs1,conc32)"),
     parity_lengths: str = typer.Option(None, "--parity-lengths", help="comma list of parity prompt lengths (default: the "
                                        "gate's full set, docs/PARITY.md)"),
     parity_steps: int = typer.Option(None, "--parity-steps", help="teacher-forced decode steps per parity prompt"),
