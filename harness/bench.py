@@ -6,7 +6,7 @@ workload, then run ``rounds`` rounds; in each round every workload is measured o
 back to back with the same prompts, the order alternating from round to round (AB, BA, AB, ...)
 so slow drift charges both alike, and the order of the workloads drawn afresh per round from the
 secret prompt seed (an engine cannot tell decode-bs1's first-token call from ttft's by its place in
-the sequence); decode-bs1's t_1 is floored by the same engine's ttft call of the same round (the
+the sequence); decode-bs1's t_1 is floored by the same engine's same-prompt-length ttft call of the round (the
 same shape: a padded t_1 would shrink t_N - t_1 and inflate the figure); with two rounds or more the
 rounds are split over two sessions of fresh workers, the candidate started, warmed and timed first in one and
 the baseline in the other (``sessions``), so no place in the order tells an engine its role; the idle engine's worker is paused (SIGSTOP) while the other is
@@ -271,11 +271,13 @@ def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: B
             for runner in order:
                 got[runner.name][w.name] = timed(runner, w, seed)
         for name, per in got.items():
-            ttft = per.get("ttft")
             for w in workloads:
                 figure, calls = per[w.name]
-                if w.name == "decode-bs1":
-                    figure = floored_decode(figure, calls, ttft[1][-1][2] if ttft and ttft[1] else None, config.shapes.output)
+                if w.timing == "decode":  # t_1 floored by a same-shaped ttft call of this engine and round
+                    own = w.at(config.shapes)
+                    same = [per[o.name][1][-1][2] for o in workloads
+                            if o.timing == "ttft" and o.at(config.shapes).prompt == own.prompt and per[o.name][1]]
+                    figure = floored_decode(figure, calls, min(same) if same else None, own.output)
                 samples[name][w.name].append(figure)
     return samples
 
