@@ -43,8 +43,10 @@ import torch
 
 #: Bumped whenever a checkpoint of the same (model, quant, seed) would hold different values;
 #: written to the checkpoint's ``metainfer.json`` and part of the build cache key. 1: scaled
-#: residual init; 2: sharpened norms, gates, decays and NVFP4 blocks, gate/up share a global scale.
-INIT_VERSION = 2
+#: residual init; 2: sharpened norms, gates, decays and NVFP4 blocks, gate/up share a global scale; 3: the same
+#: weights, written with the tiny twin's RoPE theta 1e4 (``metainfer.targets.models.TINY_ROPE_THETA``): caches keyed by
+#: (model, quant, seed, init version) alone must not hand out a checkpoint of the old config.
+INIT_VERSION = 3
 
 UP_STD_FACTOR = 2.0
 ROUTER_SKEW_SIGMA = 0.7
