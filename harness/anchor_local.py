@@ -45,7 +45,7 @@ def cached_decode_logits(ref: Reference, prompt: list[int], tokens: list[int]) -
 
 
 def measure_seed(r32: Reference, r16: Reference, seed: int, *, steps: int = DECODE_STEPS, drop: float,
-                 decode_drop: float) -> dict:
+                 decode_drop: float, min_drop: int = 0) -> dict:
     """HF-bf16's run-level figures for prompt seed ``seed`` (module docstring); floats, relative L2."""
     prompts = make_prompts(seed, r32.vocab_size, CPU_LENGTHS)
     g = torch.Generator().manual_seed(seed + 7)
@@ -61,7 +61,7 @@ def measure_seed(r32: Reference, r16: Reference, seed: int, *, steps: int = DECO
         dec.append(cached_decode_logits(r16, p.tokens, cont))
         pre.append(lg[n:])
     ratios = storage_ratios([r32.hidden_states(p.tokens + c) for p, c in zip(prompts, conts, strict=True)])
-    upd = local_update_errors(hidden, local, drop=drop)
+    upd = local_update_errors(hidden, local, drop=drop, min_drop=min_drop)
     floor = [BF16_U / 3**0.5 * x for x in ratios]
     return {"seed": seed, "local_update": upd, "storage_ratio": ratios,
             "local_noise": [max(0.0, e * e - f * f) ** 0.5 for e, f in zip(upd, floor, strict=True)],
@@ -83,7 +83,8 @@ def main() -> None:
     r16 = Reference.from_checkpoint(args.checkpoint, device=args.device, dtype=torch.bfloat16)
     rows = []
     for s in (int(x) for x in args.seeds.split(",")):
-        rows.append(measure_seed(r32, r16, s, drop=tol.local_drop, decode_drop=tol.decode_consistency_drop))
+        rows.append(measure_seed(r32, r16, s, drop=tol.local_drop, decode_drop=tol.decode_consistency_drop,
+                                 min_drop=tol.local_min_drop))
         print(json.dumps(rows[-1]), flush=True)
     n = len(rows[0]["local_update"])
     print(json.dumps({"summary": {"seeds": len(rows),

@@ -175,7 +175,7 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
     run = RunFigures(
         update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden]),
         local_update_errors=local_update_errors([h.engine_rows for h in hidden], [h.local for h in hidden],
-                                                drop=tol.local_drop),
+                                                drop=tol.local_drop, min_drop=tol.local_min_drop),
         local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
     )

@@ -167,7 +167,8 @@ def pooled_update_errors(engine: list[torch.Tensor], reference: list[torch.Tenso
     return [math.inf if not math.isfinite(float(x)) else float(x) ** 0.5 for x in num / den]
 
 
-def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor], *, drop: float = 0.0) -> float:
+def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor], *, drop: float = 0.0,
+                      min_drop: int = 0) -> float:
     """Relative L2 pooled over the rows of several pairs, after dropping the rows that err most.
 
     Args:
@@ -175,6 +176,7 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
         drop: fraction of all rows to leave out, those with the largest ``‖e − r‖`` (``ceil(drop · N)``
             rows, never all): a discrete choice near a tie (an expert picked by a router logit that rounding
             moved) errs a lot on a few rows, a wrong or cut op errs on most (docs/PARITY.md, "Layer-local parity").
+        min_drop: leave out at least this many rows (a short run has few rows and may still hold two ties).
     Returns:
         ``sqrt(Σ ‖e − r‖² / Σ ‖r‖²)`` over the kept rows, float64; ``inf`` if any engine value is non-finite.
     Raises:
@@ -195,7 +197,7 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
         errs.append((e - r).pow(2).sum(-1))
         refs.append(r.pow(2).sum(-1))
     err, ref = torch.cat(errs), torch.cat(refs)
-    keep = err.numel() - min(math.ceil(drop * err.numel()), err.numel() - 1)
+    keep = err.numel() - min(max(math.ceil(drop * err.numel()), min_drop), err.numel() - 1)
     idx = err.argsort()[:keep]
     den = float(ref[idx].sum())
     if den == 0.0:
@@ -203,14 +205,15 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
     return (float(err[idx].sum()) / den) ** 0.5
 
 
-def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *, drop: float) -> list[float]:
+def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *, drop: float,
+                        min_drop: int = 0) -> list[float]:
     """Layer-local error per layer, pooled over prompts (docs/PARITY.md, "Layer-local parity").
 
     Args:
         engine: the engine's hidden states per prompt, [L + 1, T_p, H] (0 = embeddings).
         local: per prompt, [L, T_p, H]: reference layer l run on the engine's ``engine[p][l]``
             (``harness.layer_local.local_outputs``).
-        drop: the fraction of tokens left out per layer (:func:`pooled_rows_error`).
+        drop, min_drop: the fraction of tokens left out per layer, and at least how many (:func:`pooled_rows_error`).
     Returns:
         L floats: for layer l, :func:`pooled_rows_error` of the engine's update ``h[l+1] − h[l]`` against the
         reference layer's ``local[l] − h[l]``, over every prompt's tokens; ``inf`` on NaN.
@@ -225,7 +228,8 @@ def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *
                              "[L + 1, T, H] and [L, T, H]")
     n = engine[0].shape[0] - 1
     return [pooled_rows_error([e[l + 1].double() - e[l].double() for e in engine],
-                              [r[l].double() - e[l].double() for e, r in zip(engine, local, strict=True)], drop=drop)
+                              [r[l].double() - e[l].double() for e, r in zip(engine, local, strict=True)], drop=drop,
+                              min_drop=min_drop)
             for l in range(n)]
 
 

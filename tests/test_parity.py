@@ -171,6 +171,8 @@ def test_pooled_rows_error_drops_the_worst_rows_and_never_passes_nan():
     assert pooled_rows_error([bad], [r]) > 1.0
     assert pooled_rows_error([bad], [r], drop=0.1) == pytest.approx(0.01 * float(r[[0, 1, 2, 4, 5, 6, 7, 8, 9]].norm())
                                                                     / float(r[[0, 1, 2, 4, 5, 6, 7, 8, 9]].norm()))
+    assert pooled_rows_error([bad], [r], drop=0.01, min_drop=1) == pytest.approx(0.01)  # 1 % of 10 rows: at least 1
+    assert pooled_rows_error([bad], [r], min_drop=9) == pytest.approx(0.01)  # never all rows
     assert pooled_rows_error([e[:4], e[4:]], [r[:4], r[4:]]) == pytest.approx(0.01)  # pooled over pairs
     nan = e.clone()
     nan[0, 0] = math.nan
