@@ -9,7 +9,6 @@ CLASS = "precision"
 STAGE = "parity"
 REASON = ""
 OLD_GATE = "parity passed; not faster"
-OPEN = "B (parity): on the tiny CPU checkpoint a constant 0.5 gate stays inside the tolerance (prefill 0.06 vs 0.345 on main 9049d70); the mutation suite lists the same survivor"
 
 
 def apply(engine_dir: Path) -> None:

@@ -9,7 +9,6 @@ CLASS = "precision"
 STAGE = "parity"
 REASON = ""
 OLD_GATE = "parity passed; not faster"
-OPEN = "B (parity): bf16 rounding of the GDN state shows only past ~2,048 tokens / 32 decode steps, which the CPU parity does not run (GPU parity does)"
 
 
 def apply(engine_dir: Path) -> None:

@@ -9,7 +9,6 @@ CLASS = "precision"
 STAGE = "parity"
 REASON = ""
 OLD_GATE = "parity passed; not faster"
-OPEN = "B (parity): the unrotated slow RoPE pairs matter only at long positions (>= 2,048 tokens), beyond the CPU parity"
 
 
 def apply(engine_dir: Path) -> None:
