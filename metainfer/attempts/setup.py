@@ -33,13 +33,13 @@ def render_tiny(out_root: Path, quant: str = "bf16") -> Path:
 
 def cached_checkpoint(root: Path, quant: str = "bf16") -> Path:
     """The tiny synthetic checkpoint under ``<root>/.metainfer/cheats/``, written once (temp folder, then renamed)."""
+    from metainfer.build.session import checkpoint_key
     from metainfer.checkpoint import write_checkpoint
     from metainfer.targets import get_model, get_quant
 
-    import metainfer.checkpoint as ck
-
-    init = getattr(getattr(ck, "init", None), "INIT_VERSION", 1)  # the synthetic weights' recipe: a new one, a new folder
-    dest = root / ".metainfer" / "cheats" / f"{TINY_MODEL}-{quant}-seed{TINY_SEED}-init{init}"
+    # keyed like the build's cache: facts digest, config digest, quant, seed, init version (a tiny twin's
+    # changed config under the same name must not reuse an old folder)
+    dest = root / ".metainfer" / "cheats" / checkpoint_key(TINY_MODEL, quant, TINY_SEED)
     if (dest / "config.json").is_file():
         return dest
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
