@@ -8,7 +8,7 @@ held to, HF-bf16 in the engine's place, the float32 HF model as the reference:
 - ``local_update``: per layer, HF-bf16's update ``h[l+1] − h[l]`` against fp32 layer l run on HF-bf16's ``h[l]``,
   pooled over every token but the worst ``drop`` (``parity_metrics.local_update_errors``);
 - ``local_logits``: HF-bf16's logits against the fp32 final norm + ``lm_head`` on its ``h[L]``;
-- ``decode_consistency``: HF-bf16's cached decode logits (its recurrent GDN step and KV cache) against its own
+- ``consistency``: HF-bf16's cached decode logits (its recurrent GDN step and KV cache) against its own
   uncached forward of the same tokens (chunked GDN), pooled over the decode rows but the worst ``decode_drop``.
 
 A last line ``{"summary": ...}`` gives the worst seed per figure. It uses no tolerance.
@@ -66,7 +66,7 @@ def measure_seed(r32: Reference, r16: Reference, seed: int, *, steps: int = DECO
     return {"seed": seed, "local_update": upd, "storage_ratio": ratios,
             "local_noise": [max(0.0, e * e - f * f) ** 0.5 for e, f in zip(upd, floor, strict=True)],
             "local_logits": pooled_rows_error(logits, local_logits),
-            "decode_consistency": pooled_rows_error(dec, pre, drop=decode_drop)}
+            "consistency": pooled_rows_error(dec, pre, drop=decode_drop)}
 
 
 def main() -> None:
@@ -83,7 +83,7 @@ def main() -> None:
     r16 = Reference.from_checkpoint(args.checkpoint, device=args.device, dtype=torch.bfloat16)
     rows = []
     for s in (int(x) for x in args.seeds.split(",")):
-        rows.append(measure_seed(r32, r16, s, drop=tol.local_drop, decode_drop=tol.decode_consistency_drop,
+        rows.append(measure_seed(r32, r16, s, drop=tol.local_drop, decode_drop=tol.consistency_drop,
                                  min_drop=tol.local_min_drop))
         print(json.dumps(rows[-1]), flush=True)
     n = len(rows[0]["local_update"])
@@ -91,7 +91,7 @@ def main() -> None:
                                   "local_update_max": [max(r["local_update"][l] for r in rows) for l in range(n)],
                                   "local_noise_max": max(max(r["local_noise"]) for r in rows),
                                   "local_logits_max": max(r["local_logits"] for r in rows),
-                                  "decode_consistency_max": max(r["decode_consistency"] for r in rows)}}))
+                                  "consistency_max": max(r["consistency"] for r in rows)}}))
 
 
 if __name__ == "__main__":

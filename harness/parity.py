@@ -121,7 +121,7 @@ class _Hidden:
         local: reference layer l run on ``engine[l]``, float32 [L, R, H] (``harness.layer_local``).
         local_logits: ``lm_head(norm(engine[L]))`` by the reference, float32 [R, V].
         logits: the engine's own prefill logits at those positions, float32 [R, V] (the last n rows are the
-            decode consistency's).
+            consistency's decode rows).
     """
 
     engine: torch.Tensor
@@ -168,8 +168,9 @@ def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures
 def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
                 tol: Tolerance) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
-    the layer-local update and final-norm logits, and decode consistency (the teacher-forced decode rows of
-    the alone and the batched runs against the engine's own prefill of the same tokens)."""
+    the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
+    the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
+    hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked."""
     if not hidden:
         return RunFigures()
     run = RunFigures(
@@ -180,11 +181,12 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
     )
     for mode, runs in (("alone", alone), ("batched", batched)):
-        pairs = [(e[-steps:], h.logits[-steps:]) for h, e in zip(hidden, runs, strict=True)
-                 if e.shape == h.logits.shape and steps > 0]
-        if pairs:
-            run.decode_consistency[mode] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
-                                                             drop=tol.decode_consistency_drop)
+        same = [(e, h.logits) for h, e in zip(hidden, runs, strict=True) if e.shape == h.logits.shape]
+        for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
+            pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            if pairs:
+                run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
+                                                                      drop=tol.consistency_drop)
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -192,10 +194,10 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
                      for l, x in enumerate(run.update_errors or []) if not x <= tol.update(l)]
     if not run.local_logits_err <= tol.local_logits:
         run.failures.append(f"layer-local final norm + lm_head rel err {run.local_logits_err:.3g} > {tol.local_logits:.3g}")
-    for mode, x in run.decode_consistency.items():
-        if not x <= tol.decode_consistency:
-            run.failures.append(f"decode consistency ({mode}): decode vs own prefill logits rel err {x:.3g} > "
-                                f"{tol.decode_consistency:.3g}")
+    for mode, x in run.consistency.items():
+        if not x <= tol.consistency:
+            run.failures.append(f"consistency ({mode}): logits vs the engine's own hidden-state prefill rel err {x:.3g} > "
+                                f"{tol.consistency:.3g}")
     return run
 
 
@@ -342,7 +344,7 @@ def run_parity(
         max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
         update_errors=run.update_errors, update_failures=run.failures, local_update_errors=run.local_update_errors,
         local_update_tolerances=run.local_update_tolerances, local_logits_err=run.local_logits_err,
-        decode_consistency=dict(run.decode_consistency),
+        consistency=dict(run.consistency),
     )
 
 

@@ -63,8 +63,9 @@ class RunFigures:
         local_update_tolerances: per layer [L], the threshold ``Tolerance.local_update`` of that layer's storage ratio.
         local_logits_err: the engine's prefill logits against the reference's final norm + ``lm_head``
             on the engine's ``h[L]`` (``Tolerance.local_logits``).
-        decode_consistency: ``alone`` / ``batched``: the engine's teacher-forced decode logits against its own
-            prefill logits of the same tokens (``Tolerance.decode_consistency``).
+        consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched``: the engine's
+            teacher-forced logits (prompt rows and decode rows apart) against the logits of its own hidden-state
+            prefill of the same tokens (``Tolerance.consistency``).
         failures: every run-level check over its tolerance, in words.
     """
 
@@ -72,7 +73,7 @@ class RunFigures:
     local_update_errors: list[float] | None = None
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
-    decode_consistency: dict[str, float] = field(default_factory=dict)
+    consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
 
@@ -101,8 +102,8 @@ class ParityResult:
         update_errors: per layer [L], the residual update ``h[l+1] − h[l]`` error pooled over every prompt
             (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
         update_failures: every run-level check over its tolerance (pooled update, layer-local update and
-            logits, decode consistency; ``RunFigures.failures``): each makes a red result.
-        local_update_errors, local_update_tolerances, local_logits_err, decode_consistency: the run-level figures
+            logits, consistency; ``RunFigures.failures``): each makes a red result.
+        local_update_errors, local_update_tolerances, local_logits_err, consistency: the run-level figures
             of ``RunFigures``.
     """
 
@@ -130,7 +131,7 @@ class ParityResult:
     local_update_errors: list[float] | None = None
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
-    decode_consistency: dict[str, float] = field(default_factory=dict)
+    consistency: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -169,9 +170,9 @@ def format_table(result: ParityResult) -> str:
         f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
     )
     if result.local_update_errors is not None:
-        dec = ", ".join(f"{m} {x:.2e}" for m, x in result.decode_consistency.items())
+        dec = ", ".join(f"{m} {x:.2e}" for m, x in result.consistency.items())
         lines.append("layer-local update " + " ".join(f"{x:.2e}" for x in result.local_update_errors)
-                     + f", final norm + lm_head {result.local_logits_err:.2e}, decode consistency {dec or '-'}")
+                     + f", final norm + lm_head {result.local_logits_err:.2e}, consistency {dec or '-'}")
     for f in result.update_failures:
         lines.append(f"FAIL: {f}")
     if result.error:

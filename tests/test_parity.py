@@ -156,8 +156,8 @@ def test_tolerance_lookup():
         tol.local_update(0.0)
     gpu = tol.for_device("cuda:0")
     assert gpu.local_update(3.0) == pytest.approx(1.5 * tol.local_update(3.0)) and gpu.logits_prompt == tol.logits_prompt
-    assert gpu.decode_consistency == pytest.approx(1.5 * tol.decode_consistency) and tol.for_device("cpu") is tol
-    assert tol.local_logits < tol.decode_consistency < tol.local_update(1.0)
+    assert gpu.consistency == pytest.approx(1.5 * tol.consistency) and tol.for_device("cpu") is tol
+    assert tol.local_logits < tol.consistency < tol.local_update(1.0)
 
 
 def test_pooled_rows_error_drops_the_worst_rows_and_never_passes_nan():
