@@ -129,9 +129,10 @@ ANCHOR_LOCAL_LOGITS = 0.00236
 #: threshold sits between the honest decode kernels of the template engine (worst 0.0088: split-K decode
 #: attention; prompt rows 0.000) and a GDN state rounded to bf16 once per step (best 0.018), docs/PARITY.md.
 CONSISTENCY = 0.0125
-#: On a CUDA device the layer-local and consistency thresholds are this much looser (the Triton kernels'
-#: rounding there is not measured yet: scripts/h200/parity_local.sh); provisional.
-CUDA_SCALE = 1.5
+#: On a CUDA device the layer-local and consistency thresholds are this much looser: the Triton kernels' rounding
+#: there (flash attention's bf16 probabilities, split-K decode against the prefill kernels) is not measured yet
+#: (scripts/h200/parity_local.sh); provisional, chosen wide so no honest GPU gate is rejected before it is.
+CUDA_SCALE = 3.0
 #: Tokens left out of each layer-local figure (a router tie resolved the other way errs a lot on a few tokens)
 #: and rows left out of consistency.
 LOCAL_DROP = 0.01

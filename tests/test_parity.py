@@ -155,8 +155,8 @@ def test_tolerance_lookup():
     with pytest.raises(ValueError, match="storage ratio"):
         tol.local_update(0.0)
     gpu = tol.for_device("cuda:0")
-    assert gpu.local_update(3.0) == pytest.approx(1.5 * tol.local_update(3.0)) and gpu.logits_prompt == tol.logits_prompt
-    assert gpu.consistency == pytest.approx(1.5 * tol.consistency) and tol.for_device("cpu") is tol
+    assert gpu.local_update(3.0) == pytest.approx(3.0 * tol.local_update(3.0)) and gpu.logits_prompt == tol.logits_prompt
+    assert gpu.consistency == pytest.approx(3.0 * tol.consistency) and tol.for_device("cpu") is tol
     assert tol.local_logits < tol.consistency < tol.local_update(1.0)
 
 

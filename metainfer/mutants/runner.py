@@ -106,7 +106,24 @@ def _figure(result) -> str:
     if failing:
         worst = next((f for f in failing if f.name == result.worst_prompt), failing[0])
         return f"{worst.name}: {worst.failures[0]}"[:140]
-    return f"max prefill {result.max_rel_err:.3g}, decode {result.max_decode_rel_err:.3g} (within tolerance)"
+    return f"max prefill {result.max_rel_err:.3g}, decode {result.max_decode_rel_err:.3g} (within tolerance){_margins(result)}"
+
+
+def _margins(result) -> str:
+    """The run-level figures as fractions of their thresholds (worst layer-local update, final norm + lm_head,
+    worst consistency): how close a passing engine came; '' when the result has none."""
+    local, limits = getattr(result, "local_update_errors", None), getattr(result, "local_update_tolerances", None)
+    if not local or not limits:
+        return ""
+    tol = result.tolerances or {}
+    worst = max(range(len(local)), key=lambda l: local[l] / limits[l])
+    out = f"; local layers.{worst} {local[worst]:.3g} ({local[worst] / limits[worst]:.2f} of its threshold)"
+    if tol.get("local_logits"):
+        out += f", lm_head {result.local_logits_err:.3g} ({result.local_logits_err / tol['local_logits']:.2f})"
+    if result.consistency and tol.get("consistency"):
+        name, x = max(result.consistency.items(), key=lambda kv: kv[1])
+        out += f", consistency {name} {x:.3g} ({x / tol['consistency']:.2f})"
+    return out
 
 
 class ParityJudge:
@@ -171,7 +188,8 @@ def run_suite(
         with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
             t0 = time.perf_counter()
             base = judge(Path(engine_dir))
-            baseline = MutantOutcome("(unmutated)", "nothing", "-", "pass" if base.ok else "FAIL", _figure(base),
+            baseline = MutantOutcome("(unmutated)", "nothing", "-", "pass" if base.ok else "FAIL", _figure(base) + (
+                                     _margins(base) if not base.ok else ""),
                                      time.perf_counter() - t0)
             note(baseline)
             suite = SuiteResult(baseline)
