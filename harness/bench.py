@@ -24,13 +24,14 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness import roofline, stats
+from harness import stats
 from harness.bench_outputs import OutputCheck, check_outputs
 from harness.nonce import prompt_seed
 from harness.worker import EngineError, Worker, WorkerLimits
 from harness.worker_procs import paused
-from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, Runner, Shapes, Workload, WorkerRunner, measure, parse_workloads
-from metainfer.targets import GpuProfile, get_quant
+from harness.workload_roofline import roofline_figure
+from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, Runner, Shapes, Workload, WorkerRunner, capacity, measure, parse_workloads
+from metainfer.targets import GpuProfile
 
 
 @dataclass(frozen=True)
@@ -84,19 +85,6 @@ def model_facts(checkpoint_dir: str | Path) -> tuple[dict, str]:
     return reader.text_config, reader.quant
 
 
-def roofline_figure(workload: Workload, text: dict, quant: str, gpu: GpuProfile, shapes: Shapes) -> float:
-    """The roofline value of ``workload`` in its own unit: ms for ``ttft``, tok/s for the others.
-
-    Decode figures are taken at the mean context of the generated span, P + N/2.
-    """
-    q = get_quant(quant)
-    ctx = shapes.prompt + shapes.output // 2
-    if workload.name == "ttft":
-        return roofline.ttft_ms(text, q, gpu, shapes.prompt)
-    batch = 1 if workload.name == "decode-bs1" else shapes.streams
-    return roofline.decode_tok_s(text, q, gpu, batch, ctx)
-
-
 def fraction(workload: Workload, measured: float, roof: float) -> float:
     """Fraction of roofline reached: measured/roofline for throughput, roofline/measured for latency."""
     return measured / roof if workload.higher_is_better else roof / measured
@@ -111,17 +99,17 @@ def summary(samples: list[float]) -> dict:
 
 def start_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig, vocab: int,
                  deadline: float | None = None) -> tuple[WorkerRunner, float]:
-    """Start one engine's worker and send it ``load`` (cache sized for the workload shapes); returns the runner
+    """Start one engine's worker and send it ``load`` (cache sized by ``harness.workloads.capacity``); returns the runner
     and the load's deadline, for :func:`finish_load` (two engines load side by side)."""
     worker = Worker("engine", engine_dir=engine_dir, limits=config.limits, isolation=config.isolation)
     worker.stage_deadline = deadline
-    s = config.shapes
+    cap = capacity(parse_workloads(config.workloads), config.shapes)
     try:
         import torch
 
         due = worker.send("engine.load", timeout=config.limits.load_s, engine_dir=str(worker.engine_dir),
                           checkpoint=str(Path(checkpoint_dir).resolve()), device=config.device,
-                          max_batch=max(s.streams, 1) + 1, max_seq_len=s.prompt + s.output + 8, threads=torch.get_num_threads())
+                          max_batch=cap.max_batch, max_seq_len=cap.max_seq_len, threads=torch.get_num_threads())
     except BaseException:
         worker.close()
         raise
@@ -294,7 +282,7 @@ def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Worklo
     for w in workloads:
         cand = samples["candidate"][w.name]
         roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
-        entry = {"unit": w.unit, "higher_is_better": w.higher_is_better, "candidate": summary(cand),
+        entry = {"unit": w.unit, "higher_is_better": w.higher_is_better, "shapes": w.at(config.shapes).to_dict(), "candidate": summary(cand),
                  "baseline": None, "ratio": None, "noise": None, "roofline": roof,
                  "roofline_fraction": fraction(w, summary(cand)["median"], roof)}
         if "baseline" in samples:
@@ -331,7 +319,7 @@ def bench_single(engine_dir: str | Path, checkpoint_dir: str | Path, config: Ben
             samples = [measure(w, runner, config.shapes, seed=config.prompt_seed * 1000 + 10 * r + wi) for r in range(config.rounds)]
             roof = roofline_figure(w, text, quant, config.gpu, config.shapes)
             s = summary(samples)
-            out[w.name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, **s, "roofline": roof,
+            out[w.name] = {"unit": w.unit, "higher_is_better": w.higher_is_better, "shapes": w.at(config.shapes).to_dict(), **s, "roofline": roof,
                            "roofline_fraction": fraction(w, s["median"], roof)}
     finally:
         runner.worker.close()

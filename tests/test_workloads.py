@@ -180,3 +180,39 @@ def test_gate_and_bench_command_accept_the_new_names(engine_dir, tiny_checkpoint
     for bad, why in (("prefill-32k", "known: ttft, decode-bs1, conc32, conc64"), ("ttft,conc64", "takes one name")):
         r = CliRunner().invoke(app, bench + ["--workload", bad])
         assert isinstance(r.exception, MetainferError) and why in str(r.exception), (bad, r.exception, r.output)
+
+
+@pytest.mark.slow  # ~20 s: metainfer bench loads the tiny engine in a worker once per call
+def test_bench_command_measures_a_new_workload_at_its_own_shape(engine_dir, tiny_checkpoint, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from metainfer.cli import app
+
+    out = tmp_path / "b.json"
+    r = CliRunner().invoke(app, ["bench", "--engine", str(engine_dir), "--checkpoint", str(tiny_checkpoint("bf16")),
+                                 "--workload", "conc128", "--device", "cpu", "--rounds", "1", "--json", str(out)])
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "16 in / 8 out / 8 streams" in r.output and "of roofline" in r.output
+    d = json.loads(out.read_text())
+    e = d["engine"]
+    assert d["shapes"] == e["shapes"] == WORKLOADS["conc128"].cpu.to_dict()
+    assert len(e["samples"]) == 1 and all(math.isfinite(x) and x > 0 for x in e["samples"])
+    assert e["roofline"] > 0 and e["unit"] == "tok/s"
+
+
+@pytest.mark.slow  # ~30 s: two workers, the tiny engine A/B on the five new workloads, one round
+def test_ab_bench_of_the_new_workloads(engine_dir, tiny_checkpoint):
+    from harness.bench import BenchConfig, run_bench, shapes_for
+
+    config = BenchConfig(list(NEW), 1, 5, shapes_for("cpu"), "cpu", get_gpu("cpu"), warmup=0)
+    d = run_bench(engine_dir, tiny_checkpoint("bf16"), config, baseline_dir=engine_dir).data
+    assert list(d["workloads"]) == list(NEW)
+    for name, w in d["workloads"].items():
+        assert w["shapes"] == WORKLOADS[name].cpu.to_dict() and w["unit"] == WORKLOADS[name].unit
+        for side in ("candidate", "baseline"):
+            assert len(w[side]["samples"]) == 1 and all(math.isfinite(x) and x > 0 for x in w[side]["samples"])
+        assert w["roofline"] > 0 and w["roofline_fraction"] > 0
+    check = d["output_check"]
+    assert check["sequences"] == 6 + 8 + 1 + 1 + 1 and check["implausible"] == 0  # every timed output compared
