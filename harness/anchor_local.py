@@ -66,7 +66,7 @@ def measure_seed(r32: Reference, r16: Reference, seed: int, *, steps: int = DECO
     return {"seed": seed, "local_update": upd, "storage_ratio": ratios,
             "local_noise": [max(0.0, e * e - f * f) ** 0.5 for e, f in zip(upd, floor, strict=True)],
             "local_logits": pooled_rows_error(logits, local_logits),
-            "consistency": pooled_rows_error(dec, pre, drop=decode_drop)}
+            "consistency": pooled_rows_error(dec, pre, drop=decode_drop, per_pair=True)}
 
 
 def main() -> None:

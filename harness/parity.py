@@ -170,7 +170,8 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
     the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
     the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
-    hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked."""
+    hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each prompt's
+    worst rows left out apart: a cut in one long prompt's decode stays in)."""
     if not hidden:
         return RunFigures()
     run = RunFigures(
@@ -186,7 +187,7 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
             pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if pairs:
                 run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
-                                                                      drop=tol.consistency_drop)
+                                                                      drop=tol.consistency_drop, per_pair=True)
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself

@@ -168,7 +168,7 @@ def pooled_update_errors(engine: list[torch.Tensor], reference: list[torch.Tenso
 
 
 def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor], *, drop: float = 0.0,
-                      min_drop: int = 0) -> float:
+                      min_drop: int = 0, per_pair: bool = False) -> float:
     """Relative L2 pooled over the rows of several pairs, after dropping the rows that err most.
 
     Args:
@@ -177,6 +177,8 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
             rows, never all): a discrete choice near a tie (an expert picked by a router logit that rounding
             moved) errs a lot on a few rows, a wrong or cut op errs on most (docs/PARITY.md, "Layer-local parity").
         min_drop: leave out at least this many rows (a short run has few rows and may still hold two ties).
+        per_pair: apply ``drop`` and ``min_drop`` to each pair's rows apart (then pool what is kept), so a cut that
+            errs on one pair's rows only (one long prompt's decode) is not left out as the run's worst rows.
     Returns:
         ``sqrt(Σ ‖e − r‖² / Σ ‖r‖²)`` over the kept rows, float64; ``inf`` if any engine value is non-finite.
     Raises:
@@ -196,13 +198,17 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
             return math.inf
         errs.append((e - r).pow(2).sum(-1))
         refs.append(r.pow(2).sum(-1))
-    err, ref = torch.cat(errs), torch.cat(refs)
-    keep = err.numel() - min(max(math.ceil(drop * err.numel()), min_drop), err.numel() - 1)
-    idx = err.argsort()[:keep]
-    den = float(ref[idx].sum())
+    groups = list(zip(errs, refs, strict=True)) if per_pair else [(torch.cat(errs), torch.cat(refs))]
+    num = den = 0.0
+    for err, ref in groups:
+        if err.numel() == 0:
+            continue
+        keep = err.numel() - min(max(math.ceil(drop * err.numel()), min_drop), err.numel() - 1)
+        idx = err.argsort()[:keep]
+        num, den = num + float(err[idx].sum()), den + float(ref[idx].sum())
     if den == 0.0:
         raise ValueError("reference rows are all zeros; a relative error is undefined")
-    return (float(err[idx].sum()) / den) ** 0.5
+    return (num / den) ** 0.5
 
 
 def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *, drop: float,

@@ -174,6 +174,9 @@ def test_pooled_rows_error_drops_the_worst_rows_and_never_passes_nan():
     assert pooled_rows_error([bad], [r], drop=0.01, min_drop=1) == pytest.approx(0.01)  # 1 % of 10 rows: at least 1
     assert pooled_rows_error([bad], [r], min_drop=9) == pytest.approx(0.01)  # never all rows
     assert pooled_rows_error([e[:4], e[4:]], [r[:4], r[4:]]) == pytest.approx(0.01)  # pooled over pairs
+    one = [r[:5] + 100.0, e[5:]]  # one pair's rows all off (a cut in one long prompt's decode)
+    assert pooled_rows_error(one, [r[:5], r[5:]], drop=0.5) == pytest.approx(0.01, rel=1e-5)  # the run's worst half: all of it
+    assert pooled_rows_error(one, [r[:5], r[5:]], drop=0.5, per_pair=True) > 1.0  # each pair's worst half: 2 stay
     nan = e.clone()
     nan[0, 0] = math.nan
     assert pooled_rows_error([nan], [r], drop=0.5) == math.inf
