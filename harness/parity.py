@@ -157,8 +157,11 @@ def _hidden_check(engine: _Engine, reference: ReferenceCache, fig: PromptFigures
         fig.worst_layer = layer_name(bad)
         fig.failures.append(f"hidden state after {layer_name(bad)} rel err {fig.layer_errors[bad]:.3g} > {limits[bad]:.3g}")
     logits = res["logits"][0].float()
-    if not torch.isfinite(e).all() or tuple(logits.shape) != tuple(ref.logits.shape):
-        fig.failures.append("non-finite hidden states or prefill logits of the wrong shape: no layer-local figures")
+    if not torch.isfinite(e).all() or not torch.isfinite(logits).all():
+        fig.failures.append("NaN/Inf in the hidden states or logits of the hidden-state prefill: no layer-local figures")
+        return None
+    if tuple(logits.shape) != tuple(ref.logits.shape):
+        fig.failures.append(f"hidden-state prefill logits of shape {tuple(logits.shape)}, expected {tuple(ref.logits.shape)}")
         return None
     local = reference.local(tokens, e, rows)
     e_rows = e if rows is None else e[:, rows]
