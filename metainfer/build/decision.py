@@ -105,13 +105,16 @@ def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
 
 
 def aa_margin(noise_run: dict[str, Any] | None) -> float | None:
-    """The margin a candidate must clear beyond the gate's own noise bar: ``|speedup − 1| + noise`` of the run's
-    noise run (iteration 0, the engine raced against a copy of itself), or None without one.
+    """The margin a candidate must clear beyond the gate's own noise bar: the part of the noise run's offset
+    that its own noise cannot explain, ``max(0, |speedup − 1| − noise)`` (iteration 0, the engine raced
+    against a copy of itself), or None without one.
 
     Why: each engine runs in a worker process of its own, and two processes of the same engine can differ
     steadily (seen on the H200, 2026-12-02: an engine against itself at 1.107 ± 0.008 over 2 rounds, every
-    round "won"), which a per-gate noise bar from a few rounds cannot see. The noise run measures exactly
-    that offset for this machine and engine.
+    round "won"), which a per-gate noise bar from a few rounds cannot see; the noise run measures that
+    offset for this machine and engine. Only the offset beyond its noise counts: a noise run on shared
+    cores (0.638 ± 10.4 was seen) measures nothing steady, and charging its whole bar to every later
+    candidate would reject all of them.
     """
     if not noise_run:
         return None
@@ -119,7 +122,7 @@ def aa_margin(noise_run: dict[str, Any] | None) -> float | None:
     speedup, noise = as_float(objective.get("speedup")), as_float(objective.get("noise"))
     if speedup is None or noise is None:
         return None
-    return abs(speedup - 1.0) + noise
+    return max(0.0, abs(speedup - 1.0) - noise)
 
 
 def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
