@@ -120,6 +120,10 @@ K = 2.0
 #: The accumulated figures (per-prompt hidden states, pooled update) are nets for gross errors since the layer-local
 #: ones carry the sharp checks: K_NET times the anchor (at K = 2 honest engines failed them on 2 of ~25 quick gates).
 K_NET = 4.0
+#: The per-prompt hidden-state net is wider still: a prompt of a few tokens is judged on those tokens alone, where
+#: one router tie dominates (an honest bf16 engine: 0.234 after layers.3 of a 3-token prompt, 4.2x the anchor, in
+#: a CI run on 2026-12-02); no mutant or cheat of the suite is caught first by it (docs/PARITY.md).
+K_NET_HIDDEN = 8.0
 #: Layer-local anchor (docs/PARITY.md, "Layer-local parity"): HF-bf16's per-layer compute noise with the bf16
 #: storage floor taken out (worst layer and seed), its final norm + lm_head, and its cached decode against its own
 #: uncached forward (``python -m harness.anchor_local``).
@@ -146,10 +150,10 @@ _BF16_VS_FP32 = Tolerance(
     logits_prompt=0.70,  # the anchor's worst single row (0.66), rounded up: a net for gross errors only
     logits_decode=0.70,  # the same: a prompt of 1-3 tokens is judged on a few rows (an honest 0.413 on two)
     batch=0.345,  # as before: two bf16 paths may differ as much as either from the reference
-    hidden_slope=0.0364,  # K_NET x 0.0091
+    hidden_slope=0.0728,  # K_NET_HIDDEN x 0.0091
     hidden_cap=0.69,
     hidden_embed=BF16_U,
-    hidden_offset=0.0784,  # K_NET x 0.0196
+    hidden_offset=0.1568,  # K_NET_HIDDEN x 0.0196
     update_offset=0.0784,  # K_NET x 0.0196
     update_slope=0.0504,  # K_NET x 0.0126
     update_cap=0.69,
@@ -168,10 +172,10 @@ _BF16_VS_BF16 = Tolerance(
     logits_prompt=1.0,  # the fp32 pair's 0.70 plus HF-bf16's own worst row distance, rounded
     logits_decode=1.0,
     batch=0.345,  # the engine against itself: as for the fp32 reference
-    hidden_slope=0.0455,  # (K_NET + 1) x 0.0091
+    hidden_slope=0.0819,  # (K_NET_HIDDEN + 1) x 0.0091
     hidden_cap=0.86,
     hidden_embed=BF16_U,
-    hidden_offset=0.098,  # (K_NET + 1) x 0.0196
+    hidden_offset=0.1764,  # (K_NET_HIDDEN + 1) x 0.0196
     update_offset=0.098,  # (K_NET + 1) x 0.0196
     update_slope=0.063,  # (K_NET + 1) x 0.0126
     update_cap=0.86,
