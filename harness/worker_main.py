@@ -5,12 +5,16 @@ Started by ``harness.worker.Worker`` only. Each request ``{"op", "args"}`` gets 
 ``harness.worker_protocol``). Ops by worker kind:
 
 - ``static``: ``static(engine_dir, checkpoint)`` -> the static stage's ``{"ok", "error", "detail"}``;
-- ``reference``: ``reference.load(checkpoint, device, dtype)``, ``reference.run(prompt, n)``,
-  ``reference.hidden(tokens)``;
-- ``engine``: ``engine.load(...)``, ``engine.prefill``, ``engine.decode``, ``engine.release``,
+- ``reference``: ``reference.load(checkpoint, device, dtype)``, ``reference.run(prompt, n, rows)``,
+  ``reference.hidden(tokens, rows)``, ``reference.local(tokens, hidden, rows)`` (``rows``: the positions
+  sent back, None for all; ``harness.parity_rows``);
+- ``engine``: ``engine.load(...)``, ``engine.prefill`` (per prompt the logit rows to send back),
+  ``engine.decode``, ``engine.release``,
   ``engine.generate`` (greedy, EOS ignored; outputs made Python ints and CUDA synchronised
   before the reply, so the judge's clock covers all the work), ``engine.margins`` (teacher-forced
-  greedy margins of given tokens, for the bench's output check).
+  greedy margins of given tokens, for the bench's output check), ``engine.profile``.
+
+Every reply is sent after all CUDA work the worker queued has finished (``serve``).
 
 Every tensor goes back as a float32 (or integer) CPU tensor.
 """
@@ -90,7 +94,6 @@ def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, m
     module = import_engine(engine_dir)
     engine = module.load(checkpoint, device=device, max_batch=max_batch, max_seq_len=max_seq_len)
     _state["module"], _state["engine"] = module, engine
-    _sync()
     return {"dtype": str(getattr(engine, "dtype", torch.bfloat16)).removeprefix("torch."), "device": str(engine.device)}
 
 
@@ -133,9 +136,7 @@ def _ints(seq) -> list[int]:
 
 def engine_generate(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     params = _state["module"].SamplingParams(max_tokens=int(max_tokens), temperature=0.0, ignore_eos=True)
-    out = [_ints(o) for o in _state["engine"].generate([list(map(int, p)) for p in prompts], params)]
-    _sync()
-    return out
+    return [_ints(o) for o in _state["engine"].generate([list(map(int, p)) for p in prompts], params)]
 
 
 def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
@@ -189,7 +190,7 @@ def serve(rfd: int, wfd: int) -> None:
         except TypeError as err:
             reply = {"ok": False, "type": "TypeError", "error": f"{op} returned something that is not plain data: {err}"}
         try:
-            _sync()  # after the encode too (a finalizer it ran may queue kernels): the reply leaves with the GPU idle
+            _sync()  # every op's reply, after its encode (a finalizer it ran may queue kernels): it leaves with the GPU idle
         except Exception as err:  # an asynchronous CUDA error of the engine's surfaces here
             reply = {"ok": False, "type": type(err).__name__, "error": f"{op}: CUDA failed after the call: {str(err)[:3000]}"}
         worker_protocol.send(wfd, reply)
