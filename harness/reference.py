@@ -246,12 +246,12 @@ class Reference:
         if rows is not None and (not rows or rows[-1] != len(prompt) - 1):
             raise ValueError(f"prompt rows must end at the last prompt row {len(prompt) - 1}, got {list(rows[-3:])}")
         p = len(prompt)
-        keep_rows = list(range(p)) if rows is None else list(rows)
-        keep_rows += list(range(p, p + n))  # the prompt rows asked for, then the continuation's
+        # the prompt rows asked for, then the continuation's; None: every row (no copy of the [T, V] logits)
+        keep_rows = None if rows is None else list(rows) + list(range(p, p + n))
         tokens = list(prompt) + self._greedy_cached(list(prompt), n) if n else list(prompt)
         for _ in range(n + 1):
             logits = self.logits(tokens, keep_rows)  # [S + n, V]; row S - 1 + j predicted token j
-            s = len(keep_rows) - n
+            s = p if keep_rows is None else len(keep_rows) - n
             picks = logits[s - 1 : s - 1 + n].argmax(-1).tolist()
             wrong = next((j for j in range(n) if picks[j] != tokens[p + j]), None)
             if wrong is None:
