@@ -20,6 +20,7 @@ from harness.peers.vllm import bundle, results
 from harness.peers.vllm.run_vllm import main as run_main, parse_args
 from metainfer.checkpoint.writer import checkpoint_config
 from metainfer.targets import get_model, get_quant
+from fake_vllm import FAKE_VLLM
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER = ROOT / "harness" / "peers" / "vllm"
@@ -227,33 +228,13 @@ def test_probe_global_scales_counts_differing_gate_up_pairs(tmp_path):
     assert probe_global_scales(tmp_path) == {"pairs_checked": 0, "pairs_differing": 0, "max_ratio": 1.0}
 
 
-_FAKE_VLLM = '''
-"""Stand-in for the third-party vllm package: the offline API surface run_vllm.py uses, timed by sleeping."""
-import json, os, time
-__version__ = "0.25.1-fake"
-class SamplingParams:
-    def __init__(self, *, max_tokens, ignore_eos, temperature, detokenize):
-        assert ignore_eos is True and temperature == 0.0 and detokenize is False
-        self.max_tokens = max_tokens
-class _Out:
-    def __init__(self, ids): self.token_ids = ids
-class _Req:
-    def __init__(self, ids): self.outputs = [_Out(ids)]
-class LLM:
-    def __init__(self, **kw):
-        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
-        json.dump(kw, open(os.environ["FAKE_VLLM_KWARGS"], "w"))
-    def generate(self, reqs, sp, use_tqdm=True):
-        time.sleep(0.004 + 0.0002 * sp.max_tokens)
-        return [_Req([(sum(r["prompt_token_ids"]) + i) % 997 for i in range(sp.max_tokens)]) for r in reqs]
-'''
 
 
 @pytest.mark.slow  # a subprocess that imports torch: ~5 s idle, 25 s on a loaded 2-core machine
 def test_full_run_path_against_a_stand_in_vllm(full_config_dir, tmp_path):
     fake = tmp_path / "fake" / "vllm"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(_FAKE_VLLM)
+    (fake / "__init__.py").write_text(FAKE_VLLM)
     (fake / "inputs.py").write_text("def TokensPrompt(*, prompt_token_ids):\n    return {'prompt_token_ids': list(prompt_token_ids)}\n")
     out, kw = tmp_path / "vllm.json", tmp_path / "kw.json"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "FAKE_VLLM_KWARGS": str(kw)}

@@ -15,6 +15,7 @@ import pytest
 from harness.peers.vllm import results
 from harness.peers.vllm.run_vllm import parse_args, plan_prompts
 from harness.workloads import WORKLOADS
+from fake_vllm import FAKE_VLLM
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "harness" / "peers" / "vllm" / "run_vllm.py"
@@ -62,25 +63,6 @@ def test_prompt_plan_of_the_new_workloads():
     assert len(set(flat)) == len(flat) and max(max(p) for p in flat) < 1000
 
 
-_FAKE_VLLM = '''
-"""Stand-in for vllm: the offline API run_vllm.py uses; a call sleeps 1 us per prompt token + 0.2 ms per output step."""
-import json, os, time
-__version__ = "0.25.1-fake"
-class SamplingParams:
-    def __init__(self, *, max_tokens, ignore_eos, temperature, detokenize):
-        assert ignore_eos is True and temperature == 0.0 and detokenize is False
-        self.max_tokens = max_tokens
-class _Out:
-    def __init__(self, ids): self.token_ids = ids
-class _Req:
-    def __init__(self, ids): self.outputs = [_Out(ids)]
-class LLM:
-    def __init__(self, **kw):
-        json.dump(kw, open(os.environ["FAKE_VLLM_KWARGS"], "w"))
-    def generate(self, reqs, sp, use_tqdm=True):
-        time.sleep(1e-6 * sum(len(r["prompt_token_ids"]) for r in reqs) + 0.0002 * sp.max_tokens)
-        return [_Req([(sum(r["prompt_token_ids"]) + i) % 997 for i in range(sp.max_tokens)]) for r in reqs]
-'''
 
 
 @pytest.mark.slow  # a subprocess that imports torch: ~5 s idle, 25 s on a loaded 2-core machine
@@ -93,7 +75,7 @@ def test_new_workloads_run_against_a_stand_in_vllm(tmp_path):
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
     fake = tmp_path / "fake" / "vllm"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(_FAKE_VLLM)
+    (fake / "__init__.py").write_text(FAKE_VLLM)
     (fake / "inputs.py").write_text("def TokensPrompt(*, prompt_token_ids):\n    return {'prompt_token_ids': list(prompt_token_ids)}\n")
     out, kw = tmp_path / "vllm.json", tmp_path / "kw.json"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "FAKE_VLLM_KWARGS": str(kw)}
