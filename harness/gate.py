@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import secrets
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.worker import SHARED_TRITON_CACHE_ENV
 
     os.environ.pop(SHARED_TRITON_CACHE_ENV, None)  # a gate's workers never share compiled kernels
+    if os.environ.get("METAINFER_LOG"):  # progress of long stages (harness.parity at INFO) on stderr
+        logging.basicConfig(level=os.environ["METAINFER_LOG"].upper(), format="%(asctime)s %(name)s: %(message)s")
     try:
         args = parse_args(argv)
     except UsageError as err:

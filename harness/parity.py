@@ -13,6 +13,7 @@ layer-local precision cut shows even when the logits stay within tolerance.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from harness.reference_cache import ReferenceCache, default_reference_dtype
 from harness.tolerances import Tolerance, get_tolerance
 from harness.worker import EngineError, Worker, WorkerFailure, WorkerLimits
 from metainfer.errors import MetainferError
+
+log = logging.getLogger(__name__)  # progress at INFO: where a long parity stage spends its time (METAINFER_LOG=INFO)
 
 __all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_reference_dtype", "format_table", "prompt_seed",
            "run_parity"]
@@ -309,15 +312,24 @@ def run_parity(
     run = RunFigures()
     try:
         worker.stage_deadline = deadline
-        refs = [reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size, prompt_seed(seed, nonce) + i))
-                for i, p in enumerate(prompts)]
+        refs = []
+        for i, p in enumerate(prompts):
+            t0 = time.perf_counter()
+            refs.append(reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size,
+                                                                  prompt_seed(seed, nonce) + i)))
+            log.info("reference run %d/%d (%d tokens + %d steps): %.1f s", i + 1, len(prompts), len(p.tokens), steps,
+                     time.perf_counter() - t0)
+        t0 = time.perf_counter()
         try:
             info = worker.call("engine.load", timeout=limits.load_s, engine_dir=str(worker.engine_dir),
                                checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
                                max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
             engine_dtype = str(info.get("dtype"))
+            log.info("engine load: %.1f s", time.perf_counter() - t0)
             tol = get_tolerance(engine_dtype, reference.dtype).for_device(device)
+            t0 = time.perf_counter()
             figs, run = _evaluate(_Engine(worker), reference, prompts, refs, tol)
+            log.info("engine runs and checks of %d prompts: %.1f s", len(prompts), time.perf_counter() - t0)
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict
         except (EngineError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as err:

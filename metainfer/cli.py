@@ -8,6 +8,8 @@ A ``MetainferError`` is printed as one line and exits with status 2; nothing is 
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import pkgutil
 import sys
 
@@ -61,6 +63,8 @@ _register_commands()
 def main() -> None:
     """Console entry point: run the app; a ``MetainferError`` becomes a one-line message and exit status 2, Ctrl-C
     exit status 130 without a traceback."""
+    if os.environ.get("METAINFER_LOG"):  # progress of long stages (harness.parity at INFO) on stderr
+        logging.basicConfig(level=os.environ["METAINFER_LOG"].upper(), format="%(asctime)s %(name)s: %(message)s")
     try:
         app()
     except MetainferError as err:

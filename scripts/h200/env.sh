@@ -3,8 +3,10 @@
 # no registry (see /work/.library/device/KINDS.md); GitPython travels as wheels in .whl/.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
+# installed once per machine: a second script sourcing this while the first runs must not rewrite /tmp/site under it
+if ls .whl/*.whl >/dev/null 2>&1 && [ "$(ls .whl/*.whl | md5sum)" != "$(cat /tmp/site/.wheels 2>/dev/null)" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  ls .whl/*.whl | md5sum > /tmp/site/.wheels
 fi
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p /tmp/bin

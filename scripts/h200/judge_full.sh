@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device session's judge work, started in the background by the first call and collected by later ones:
+# the tiny engine's GPU parity figures (scripts/h200/parity_local.sh: sets tolerances.CUDA_SCALE) alongside the
+# full-size mutation suite (scripts/h200/mutants_full.sh). Both share the GPU: parity_local is the tiny model
+# (a few GB), the suite the full-size bf16 reference (~70 GB) and the engine (~22 GB); nothing here is timed.
+#
+#   bash scripts/h200/judge_full.sh start > $OUT/call1.log 2>&1   # never piped: the jobs outlive the call
+#   bash scripts/h200/judge_full.sh wait  > $OUT/call2.log 2>&1   # collect (up to CALL_LIMIT_S) while they run
+#
+# Leaves under $OUT: parity_local.{log,jsonl}, anchor_local.*, mutants.{txt,json,log}.
+set -uo pipefail
+START=$(date +%s)
+LIMIT=${CALL_LIMIT_S:-560}
+MODE=${1:?usage: judge_full.sh start|wait}
+source scripts/h200/env.sh
+PL=/tmp/pl_out; mkdir -p "$PL"
+export METAINFER_LOG=INFO
+if [ "$MODE" = start ]; then
+  setsid nohup bash -c "OUT=$PL bash scripts/h200/parity_local.sh > $PL/parity_local.log 2>&1" < /dev/null &
+  echo $! > /tmp/parity_local.pid
+  CALL_LIMIT_S=1 bash scripts/h200/mutants_full.sh start
+fi
+collect() { cp "$PL"/* "$OUT"/ 2>/dev/null; for f in mutants.txt mutants.json mutants.log; do [ -f /tmp/mutants/$f ] && cp /tmp/mutants/$f "$OUT/$f"; done; }
+alive() { kill -0 "$(cat "$1" 2>/dev/null || echo 0)" 2>/dev/null; }
+while alive /tmp/parity_local.pid || alive /tmp/mutants.pid; do
+  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
+  sleep 10
+done
+collect
+echo "== parity_local"; tail -8 "$PL/parity_local.log" 2>/dev/null
+echo "== mutants"; tail -30 /tmp/mutants/mutants.txt 2>/dev/null; grep "harness.parity" /tmp/mutants/mutants.log | tail -30
