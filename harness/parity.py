@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, layer_errors, layer_name, local_update_errors, max_abs, pooled_rows_error,
-    pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
+    first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
+    pooled_rows_error, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
 )
 from harness.nonce import prompt_seed
 from harness.parity_rows import logit_rows
@@ -194,6 +194,8 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
             if pairs:
                 run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
                                                                       drop=tol.consistency_drop, per_pair=True)
+                rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs)
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_for(rows)
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -202,9 +204,9 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
     if not run.local_logits_err <= tol.local_logits:
         run.failures.append(f"layer-local final norm + lm_head rel err {run.local_logits_err:.3g} > {tol.local_logits:.3g}")
     for mode, x in run.consistency.items():
-        if not x <= tol.consistency:
+        if not x <= run.consistency_tolerances[mode]:
             run.failures.append(f"consistency ({mode}): logits vs the engine's own hidden-state prefill rel err {x:.3g} > "
-                                f"{tol.consistency:.3g}")
+                                f"{run.consistency_tolerances[mode]:.3g}")
     return run
 
 
@@ -360,7 +362,7 @@ def run_parity(
         max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
         update_errors=run.update_errors, update_failures=run.failures, local_update_errors=run.local_update_errors,
         local_update_tolerances=run.local_update_tolerances, local_logits_err=run.local_logits_err,
-        consistency=dict(run.consistency),
+        consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
     )
 
 

@@ -167,6 +167,12 @@ def pooled_update_errors(engine: list[torch.Tensor], reference: list[torch.Tenso
     return [math.inf if not math.isfinite(float(x)) else float(x) ** 0.5 for x in num / den]
 
 
+def kept_rows(n: int, drop: float = 0.0, min_drop: int = 0) -> int:
+    """Rows of ``n`` that ``pooled_rows_error`` keeps: all but ``max(ceil(drop · n), min_drop)``, never fewer than one
+    (0 for ``n`` = 0)."""
+    return n - min(max(math.ceil(drop * n), min_drop), n - 1) if n > 0 else 0
+
+
 def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor], *, drop: float = 0.0,
                       min_drop: int = 0, per_pair: bool = False) -> float:
     """Relative L2 pooled over the rows of several pairs, after dropping the rows that err most.
@@ -203,7 +209,7 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
     for err, ref in groups:
         if err.numel() == 0:
             continue
-        keep = err.numel() - min(max(math.ceil(drop * err.numel()), min_drop), err.numel() - 1)
+        keep = kept_rows(err.numel(), drop, min_drop)
         idx = err.argsort()[:keep]
         num, den = num + float(err[idx].sum()), den + float(ref[idx].sum())
     if den == 0.0:

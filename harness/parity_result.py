@@ -66,6 +66,8 @@ class RunFigures:
         consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched``: the engine's
             teacher-forced logits (prompt rows and decode rows apart) against the logits of its own hidden-state
             prefill of the same tokens (``Tolerance.consistency``).
+        consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled
+            (``Tolerance.consistency_for``).
         failures: every run-level check over its tolerance, in words.
     """
 
@@ -74,6 +76,7 @@ class RunFigures:
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
     consistency: dict[str, float] = field(default_factory=dict)
+    consistency_tolerances: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
 
@@ -103,8 +106,8 @@ class ParityResult:
             (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
         update_failures: every run-level check over its tolerance (pooled update, layer-local update and
             logits, consistency; ``RunFigures.failures``): each makes a red result.
-        local_update_errors, local_update_tolerances, local_logits_err, consistency: the run-level figures
-            of ``RunFigures``.
+        local_update_errors, local_update_tolerances, local_logits_err, consistency, consistency_tolerances: the
+            run-level figures of ``RunFigures``.
     """
 
     ok: bool
@@ -132,6 +135,7 @@ class ParityResult:
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
     consistency: dict[str, float] = field(default_factory=dict)
+    consistency_tolerances: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""

@@ -87,6 +87,9 @@ def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
     assert rec["parity_quick"] == {"lengths": [1, 17], "steps": 2} and rec["seed"] == 5
     assert all(s["ok"] and s["seconds"] >= 0 for s in rec["stages"])
     assert rec["parity"]["ok"] and rec["parity"]["max_rel_err"] <= rec["parity"]["tolerance"]
+    # quick parity pools 1 decode row per prompt: its consistency threshold is wider than the full set's
+    wide = rec["parity"]["consistency_tolerances"]
+    assert set(wide) == set(rec["parity"]["consistency"]) and wide["decode alone"] > rec["parity"]["tolerances"]["consistency"]
     bench = rec["bench"]
     assert bench["scaled_down"] and set(bench["workloads"]) == {"decode-bs1"}
     for w in bench["workloads"].values():
@@ -95,7 +98,10 @@ def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
     obj = bench["objective"]
     assert obj["speedup"] > 0 and obj["noise"] >= 0 and isinstance(obj["beats_baseline"], bool)
     check = bench["output_check"]  # every timed output compared with the baseline's, in full
-    assert check["sequences"] > 0 and check["identical"] == check["sequences"] and check["implausible"] == 0
+    # the same engine: every paired output identical; decode-bs1 redraws its prompts when a loaded machine inverts
+    # t_1 and t_N, and those outputs of one side have no twin (judged by teacher-forced margins instead)
+    assert check["sequences"] > 0 and check["identical"] + check["unpaired"] == check["sequences"], check
+    assert check["implausible"] == 0 and check["first_agree"] == check["first_compared"], check
     assert set(rec["nonces"]) == {"parity", "bench", "gate"} and rec["parity"]["prompt_nonce"] == rec["nonces"]["parity"]
 
 

@@ -159,6 +159,12 @@ def test_tolerance_lookup():
     assert gpu.local_update(3.0) == pytest.approx(3.0 * tol.local_update(3.0)) and gpu.logits_prompt == tol.logits_prompt
     assert gpu.consistency == pytest.approx(3.0 * tol.consistency) and tol.for_device("cpu") is tol
     assert tol.local_logits < tol.consistency < tol.local_update(1.0)
+    # a figure pooled over few rows (quick parity) is held to a wider threshold, never a narrower one
+    assert tol.consistency_for(64) == tol.consistency_for(154) == tol.consistency
+    assert tol.consistency_for(2) == pytest.approx(tol.consistency * 32**0.5) and tol.consistency_for(1) > tol.consistency_for(2)
+    assert gpu.consistency_for(4) == pytest.approx(3.0 * tol.consistency_for(4))
+    with pytest.raises(ValueError, match="at least one row"):
+        tol.consistency_for(0)
 
 
 def test_pooled_rows_error_drops_the_worst_rows_and_never_passes_nan():

@@ -122,7 +122,7 @@ def _margins(result) -> str:
         out += f", lm_head {result.local_logits_err:.3g} ({result.local_logits_err / tol['local_logits']:.2f})"
     if result.consistency and tol.get("consistency"):
         name, x = max(result.consistency.items(), key=lambda kv: kv[1])
-        out += f", consistency {name} {x:.3g} ({x / tol['consistency']:.2f})"
+        out += f", consistency {name} {x:.3g} ({x / result.consistency_tolerances.get(name, tol['consistency']):.2f})"
     return out
 
 
