@@ -223,7 +223,9 @@ def test_upgrade_to_qwen36_carries_both_iterations_and_resumes_after_sigint(old_
     run_id, st = _state(runs)
     up = st["upgrade"]
     assert st["status"] == "finished", st["stop_reason"]
-    assert up["facts_diff"]["class"] == "none" and [c["status"] for c in up["carry"]] == ["kept", "kept"], up["carry"]
+    why = [(c["status"], [(a.get("reason"), {k: a["figures"].get(k) for k in ("parity_ok", "speedup", "noise", "max_rel_err")}
+                           if a.get("figures") else None) for a in c["attempts"]]) for c in up["carry"]]
+    assert up["facts_diff"]["class"] == "none" and [c["status"] for c in up["carry"]] == ["kept", "kept"], why
     for c in up["carry"]:
         f = c["attempts"][-1]["figures"]
         assert f["parity_ok"] and f["speedup"] > 1.0 + f["noise"], c
