@@ -128,6 +128,9 @@ class Reference:
         self.dtype = dtype
         self.num_layers = len(model.model.layers)
         self.vocab_size = model.config.vocab_size
+        #: hidden states [L + 1, T, H] (the model's dtype, CPU) of each ``run``'s checking forward, by its tokens: parity
+        #: asks ``hidden_states`` of exactly prompt + continuation next, which then costs no forward of its own
+        self._hidden_memo: dict[tuple[int, ...], torch.Tensor] = {}
 
     @classmethod
     def from_state_dict(
@@ -176,10 +179,32 @@ class Reference:
     def logits(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
         """Teacher-forced logits, float32 [T, V] on CPU; row t is the distribution of token t + 1 (only the
         rows ``rows`` when given: [len(rows), V]; a full-size [T, V] is 1 MB per row)."""
-        out = self.model(input_ids=self._ids(tokens), use_cache=False).logits[0]  # [T, V] on the device
+        return self._forward(tokens, rows)[0]
+
+    @torch.no_grad()
+    def _forward(self, tokens: list[int], rows: list[int] | None, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One uncached forward: logits float32 [T or R, V] on CPU, and with ``capture`` the residual stream [L + 1, T, H]
+        in the model's dtype on CPU (``hidden_states``' layout, every position)."""
+        captured: list[torch.Tensor] = []
+        handles = self._hooks(lambda out: captured.append(out[0].cpu())) if capture else []
+        try:
+            out = self.model(input_ids=self._ids(tokens), use_cache=False).logits[0]  # [T, V] on the device
+        finally:
+            for h in handles:
+                h.remove()
         if rows is not None:
             out = out.index_select(0, row_index(rows, len(tokens), self.device))
-        return out.float().cpu()
+        if capture and len(captured) != self.num_layers + 1:
+            raise RuntimeError(f"captured {len(captured)} hidden states, expected {self.num_layers + 1}")
+        return out.float().cpu(), torch.stack(captured) if capture else None
+
+    def _hooks(self, keep) -> list:
+        """Forward hooks on the embedding and every decoder layer calling ``keep(output [1, T, H])``; remove them after."""
+        def hook(_module, _inputs, output):
+            keep(output[0] if isinstance(output, tuple) else output)
+
+        inner = self.model.model
+        return [inner.embed_tokens.register_forward_hook(hook)] + [layer.register_forward_hook(hook) for layer in inner.layers]
 
     @torch.no_grad()
     def hidden_states(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:
@@ -190,16 +215,12 @@ class Reference:
         final norm), taken with forward hooks on the modules, the same layout as the engine's
         ``prefill(..., return_hidden=True)``.
         """
+        memo = self._hidden_memo.pop(tuple(tokens), None)
+        if memo is not None:  # the checking forward of ``run`` on these tokens: the same forward, already done
+            return (memo if rows is None else memo[:, row_index(rows, len(tokens), torch.device("cpu"))]).float()
         captured: list[torch.Tensor] = []
         index = None if rows is None else row_index(rows, len(tokens), self.device)
-
-        def hook(_module, _inputs, output):
-            out = output[0] if isinstance(output, tuple) else output
-            captured.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu())  # [T or R, H]
-
-        inner = self.model.model
-        handles = [inner.embed_tokens.register_forward_hook(hook)]
-        handles += [layer.register_forward_hook(hook) for layer in inner.layers]
+        handles = self._hooks(lambda out: captured.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu()))
         try:
             self.model(input_ids=self._ids(tokens), use_cache=False)
         finally:
@@ -250,7 +271,7 @@ class Reference:
         keep_rows = None if rows is None else list(rows) + list(range(p, p + n))
         tokens = list(prompt) + self._greedy_cached(list(prompt), n) if n else list(prompt)
         for _ in range(n + 1):
-            logits = self.logits(tokens, keep_rows)  # [S + n, V]; row S - 1 + j predicted token j
+            logits, hidden = self._forward(tokens, keep_rows, capture=True)  # [S + n, V]; row S - 1 + j predicted token j
             s = p if keep_rows is None else len(keep_rows) - n
             picks = logits[s - 1 : s - 1 + n].argmax(-1).tolist()
             wrong = next((j for j in range(n) if picks[j] != tokens[p + j]), None)
@@ -261,4 +282,5 @@ class Reference:
             tokens = keep + (self._greedy_cached(keep, rest) if rest else [])
         else:
             raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds")
+        self._hidden_memo[tuple(tokens)] = hidden
         return ReferenceRun(list(prompt), tokens[p:], logits, None if rows is None else tuple(int(r) for r in rows))

@@ -454,6 +454,24 @@ def test_logit_rows_keep_everything_that_fits_and_sample_the_rest():
         logit_rows(0, full_v, seed=1)
 
 
+def test_reference_hidden_states_of_a_run_come_from_its_checking_forward(reference):
+    """``hidden_states`` of a run's prompt + continuation costs no forward (the run's checking forward captured them),
+    equals a fresh forward's, and is used once (the next call runs its own forward)."""
+    forwards = []
+    handle = reference.model.model.embed_tokens.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        tokens = make_prompts(6, reference.vocab_size, (23,))[0].tokens
+        run = reference.run(tokens, 4)
+        seq, before = tokens + run.continuation, len(forwards)
+        memo = reference.hidden_states(seq)
+        assert len(forwards) == before
+        fresh = reference.hidden_states(seq)
+        assert len(forwards) == before + 1 and torch.equal(memo, fresh) and memo.dtype == torch.float32
+        assert memo.shape == (reference.num_layers + 1, 27, reference.model.config.hidden_size) and memo.abs().sum() > 0
+    finally:
+        handle.remove()
+
+
 def test_reference_rows_are_the_full_outputs_cut(reference):
     tokens = make_prompts(5, reference.vocab_size, (40,))[0].tokens
     rows = [0, 3, 17, 38, 39]
