@@ -65,7 +65,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     runs = tmp_path / "runs"
     t0 = time.monotonic()
     p = _cli("build", "--model", "qwen3.6-35b-a3b", "--quant", "nvfp4", "--gpu", "cpu", "--dry-run", "--runs-dir", str(runs))
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 2, p.stderr  # the plan, then the refusal the real run would give, with its exit status
     out = p.stdout
     assert "write a synthetic checkpoint, 24.5 GB" in out and "render templates/engine/qwen3_5_moe" in out
     assert "4 × (static → parity → bench)" in out and "ttft, decode-bs1, conc32" in out and "per gate" in out

@@ -75,15 +75,20 @@ def build(
         from metainfer.errors import MetainferError
         from metainfer.targets import check_present
 
+        refused = False
         try:
             check_present(gpu)
         except MetainferError as err:
             typer.echo(f"  refused    : {err}")
+            refused = True
         if gpu == "cpu" and not full_size_on_cpu:
             try:
                 refuse_full_size_on_cpu(model, quant, gpu, False)
             except Exception as err:  # the plan stands; say that the real run would be refused
                 typer.echo(f"  refused    : {err}")
+                refused = True
+        if refused:  # the status the real run's refusal would exit with, so a script can tell
+            sys.exit(2)
         return
     _terminate_as_interrupt()
     try:
