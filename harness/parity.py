@@ -213,10 +213,13 @@ def _run_checks(hidden: list[_Hidden], alone: list[torch.Tensor], batched: list[
 def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
               tol: Tolerance) -> tuple[list[PromptFigures], RunFigures]:
     """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``)."""
+    t0 = time.perf_counter()
     alone = [_teacher_forced(engine, [r])[0] for r in refs]
     alone_greedy = [_greedy(engine, [r])[0] for r in refs]
     batched = _teacher_forced(engine, refs)
     batched_greedy = _greedy(engine, refs)
+    log.info("engine: teacher-forced and greedy runs, alone and batched, in %.1f s", time.perf_counter() - t0)
+    t0 = last = time.perf_counter()
     figs: list[PromptFigures] = []
     hidden: list[_Hidden] = []
     kept_alone: list[torch.Tensor] = []
@@ -235,6 +238,10 @@ def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt],
         if not fb.batch_rel_err <= tol.batch:
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
         figs += [fa, fb]
+        if time.perf_counter() - last >= 5.0 and len(figs) < 2 * len(prompts):  # a line every 5 s or more
+            log.info("hidden-state and layer-local checks: %d of %d prompts, %.0f s", len(figs) // 2, len(prompts),
+                     time.perf_counter() - t0)
+            last = time.perf_counter()
     return figs, _run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol)
 
 
@@ -315,12 +322,16 @@ def run_parity(
     try:
         worker.stage_deadline = deadline
         refs = []
+        t0 = last = time.perf_counter()
         for i, p in enumerate(prompts):
-            t0 = time.perf_counter()
             refs.append(reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size,
                                                                   prompt_seed(seed, nonce) + i)))
-            log.info("reference run %d/%d (%d tokens + %d steps): %.1f s", i + 1, len(prompts), len(p.tokens), steps,
-                     time.perf_counter() - t0)
+            if time.perf_counter() - last >= 5.0 and i + 1 < len(prompts):  # a line every 5 s or more
+                log.info("reference: %d of %d prompts (the last %d tokens + %d steps), %.0f s", i + 1, len(prompts),
+                         len(p.tokens), steps, time.perf_counter() - t0)
+                last = time.perf_counter()
+        log.info("reference: %d prompts (%d tokens) + %d steps each in %.1f s", len(prompts),
+                 sum(len(p.tokens) for p in prompts), steps, time.perf_counter() - t0)
         t0 = time.perf_counter()
         try:
             info = worker.call("engine.load", timeout=limits.load_s, engine_dir=str(worker.engine_dir),

@@ -314,6 +314,8 @@ def test_scripted_run_commits_the_faster_and_rejects_broken_and_slower(tmp_path,
     rep = metainfer(repo, "report", run_id, "--runs-dir", str(runs))
     assert "drop the sleep" in rep.stdout and "summary.html" in rep.stdout
     assert "[iter 2]" in out.stderr or "[iter 2 " in out.stderr
+    # the parity stage's own progress reaches the terminal while it runs (not only its end)
+    assert "  reference: " in out.stderr and "  engine: teacher-forced" in out.stderr, out.stderr[-3000:]
     assert _checkout(repo) == before  # the user's HEAD, branch and working tree untouched
 
 

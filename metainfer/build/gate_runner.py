@@ -112,19 +112,45 @@ class GateOutcome:
 def judge_env(pycache_prefix: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a judge process: bytecode writes off and a private, empty ``PYTHONPYCACHEPREFIX``, so the
     judge never loads (possibly poisoned) ``__pycache__`` bytecode from the checkout."""
-    return {**(os.environ if base is None else base), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-            "PYTHONPYCACHEPREFIX": pycache_prefix}
+    env = {**(os.environ if base is None else base), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPYCACHEPREFIX": pycache_prefix}
+    env.setdefault("METAINFER_LOG", "INFO")  # the parity stage's progress lines, into gate.log (``PROGRESS_MARK``)
+    return env
+
+
+#: gate.log lines carrying the judge's progress within a stage (``harness.parity`` at INFO): ``on_progress`` gets them
+PROGRESS_MARK = " harness.parity: "
+
+
+def _report_progress(log_path: Path, offset: int, on_progress: Callable[[str], None] | None) -> int:
+    """Pass each new complete ``PROGRESS_MARK`` line of ``log_path`` after byte ``offset`` to ``on_progress`` (the text
+    after the mark); returns the offset read up to."""
+    if on_progress is None:
+        return offset
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except OSError:
+        return offset
+    end = chunk.rfind(b"\n") + 1
+    for line in chunk[:end].decode("utf-8", "replace").splitlines():
+        if PROGRESS_MARK in line:
+            on_progress(line.split(PROGRESS_MARK, 1)[1].strip())
+    return offset + end
 
 
 def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
              on_start: Callable[[int], None] | None = None,
-             on_stage: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> GateOutcome:
+             on_stage: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+             on_progress: Callable[[str], None] | None = None) -> GateOutcome:
     """Run the gate for ``req`` with ``cwd`` as the working folder; stdout and stderr go to ``log_path``.
 
     ``on_start(pid)`` is called once the subprocess exists (the loop saves the pid so that a
     resumed run can stop a gate orphaned by a killed loop). On Linux the gate also gets
     SIGKILL when the loop process dies (``PR_SET_PDEATHSIG``). ``on_stage(stage, result)`` is
-    called once per finished stage, as it finishes (the gate rewrites its JSON after every stage).
+    called once per finished stage, as it finishes (the gate rewrites its JSON after every stage);
+    ``on_progress(text)`` once per progress line within a stage (``PROGRESS_MARK``), as the gate writes it.
 
     Returns a ``GateOutcome``; never raises for a red, crashed or timed-out gate (only for
     an unwritable ``log_path`` or a missing Python interpreter, which are the caller's bugs).
@@ -141,7 +167,7 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
                                 start_new_session=True, preexec_fn=_die_with_parent)
         if on_start is not None:
             on_start(proc.pid)
-        seen = 0
+        seen, offset = 0, len(("$ " + " ".join(argv) + "\n").encode())
         rc: int | None = None
         timed_out = False
         try:
@@ -155,6 +181,7 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
                         rc, timed_out = None, True
                         break
                 seen = _report_stages(json_out, seen, on_stage)
+                offset = _report_progress(log_path, offset, on_progress)
         except BaseException:  # KeyboardInterrupt or the loop being killed: take the gate down with us
             _kill_group(proc)
             raise

@@ -85,7 +85,8 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
                           parity_steps=g.get("parity_steps"))
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
         outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start,
-                           on_stage=lambda st, result: s.progress.gate_stage(i, st, result))
+                           on_stage=lambda st, result: s.progress.gate_stage(i, st, result),
+                           on_progress=lambda text: s.progress.line(i, f"  {text}"))
     if not (d / "gate.json").is_file():
         write_json(d / "gate.json", outcome.result)
     if outcome.error:
