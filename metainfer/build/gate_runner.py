@@ -180,13 +180,14 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
                         _kill_group(proc)
                         rc, timed_out = None, True
                         break
+                offset = _report_progress(log_path, offset, on_progress)  # a stage's progress before its end
                 seen = _report_stages(json_out, seen, on_stage)
-                offset = _report_progress(log_path, offset, on_progress)
         except BaseException:  # KeyboardInterrupt or the loop being killed: take the gate down with us
             _kill_group(proc)
             raise
     seconds = time.monotonic() - t0
     shutil.rmtree(pycache, ignore_errors=True)
+    _report_progress(log_path, offset, on_progress)
     _report_stages(json_out, seen, on_stage)
     if timed_out:
         msg = f"gate timed out after {req.timeout_s:.0f}s and was killed"
