@@ -211,3 +211,16 @@ def test_dry_run_estimates_from_earlier_gates_of_the_target(tmp_path):
     p = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", "--iterations", "1", "--runs-dir", str(runs))
     assert p.returncode == 0, p.stderr
     assert "~50 s per gate (median of 3 earlier gates of this target" in p.stdout and "whole run ~" in p.stdout, p.stdout
+
+
+def test_a_missing_engine_folder_points_at_the_build_worktree(tmp_path):
+    """After `metainfer build`, the engine lives in the target's worktree, not in generated/: the error says where."""
+    from metainfer.build.config import built_engine_hint
+
+    name = "qwen3.6-35b-a3b-tiny-nvfp4-cpu"
+    assert built_engine_hint(Path("generated") / name, tmp_path) == ""
+    (tmp_path / ".metainfer/worktrees" / name / "generated" / name / "engine").mkdir(parents=True)
+    hint = built_engine_hint(Path("generated") / name, tmp_path)
+    assert hint.startswith("; the build's engine of") and hint.endswith(f".metainfer/worktrees/{name}/generated/{name}")
+    p = _cli("parity", "--engine", f"generated/{name}", "--checkpoint", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 2 and f".metainfer/worktrees/{name}/generated/{name}" in p.stderr, p.stderr

@@ -119,3 +119,11 @@ def state_dir(root: Path) -> Path:
 def worktree_path(root: Path, target_name: str) -> Path:
     """Where the target's worktree lives: ``<repo>/.metainfer/worktrees/<target>``."""
     return state_dir(root) / "worktrees" / target_name
+
+
+def built_engine_hint(engine: Path, root: Path | None = None) -> str:
+    """For an ``--engine`` folder that does not exist: where ``metainfer build`` keeps that target's engine, when it
+    does (``<repo>/.metainfer/worktrees/<target>/generated/<target>``), as a hint to append to the error; else ''."""
+    name = Path(engine).name
+    built = worktree_path(Path.cwd() if root is None else root, name) / "generated" / name
+    return f"; the build's engine of {name} is at {built}" if name and (built / "engine").is_dir() else ""

@@ -37,7 +37,9 @@ def bench(
         raise MetainferError("--device cuda asked for, but this machine has no CUDA device; use --device cpu")
     for flag, path in (("--engine", engine), ("--checkpoint", checkpoint)):
         if not path.is_dir():
-            raise MetainferError(f"{flag} {path}: no such folder")
+            from metainfer.build.config import built_engine_hint
+
+            raise MetainferError(f"{flag} {path}: no such folder" + (built_engine_hint(path) if flag == "--engine" else ""))
     if rounds < 1:
         raise MetainferError(f"--rounds must be at least 1, got {rounds}")
     try:

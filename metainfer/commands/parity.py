@@ -35,7 +35,10 @@ def parity(
     from harness.parity import format_table, run_parity
 
     if not engine.is_dir():
-        raise ParityInputError(f"--engine {engine} is not a folder; pass generated/<target> from `metainfer render`")
+        from metainfer.build.config import built_engine_hint
+
+        raise ParityInputError(f"--engine {engine} is not a folder; pass generated/<target> from `metainfer render`"
+                               + built_engine_hint(engine))
     if not checkpoint.is_dir():
         raise ParityInputError(f"--checkpoint {checkpoint} is not a folder; pass an HF-format checkpoint folder")
     for flag, dev in (("--device", device), ("--reference-device", reference_device or device)):
