@@ -58,12 +58,28 @@ def stage_static(ctx: StageContext) -> StageOutcome:
     return StageOutcome("pass" if res["ok"] else "fail", res["error"], res["detail"])
 
 
+def parity_lengths(a) -> tuple[int, ...]:
+    """The parity prompt lengths of gate args ``a``: ``--parity-lengths`` or the device's default set, plus the longest
+    prompt the bench stage will time when that is longer than all of them (docs/PARITY.md, "What runs").
+
+    Why: a cut that only shows past some context (attention limited to a window longer than every parity prompt)
+    would otherwise be timed by a long-prompt workload (``ttft-8k``, ``prefill-16k``) and never judged.
+    """
+    from harness.bench import shapes_for
+    from harness.prompts import default_lengths
+    from harness.workloads import longest_prompt, parse_workloads
+
+    lengths = tuple(a.parity_lengths) if a.parity_lengths else default_lengths(a.device)
+    bench = longest_prompt(parse_workloads(list(a.workloads)), shapes_for(a.scale)) if "bench" in a.stages else 0
+    return (*lengths, bench) if bench > max(lengths) else lengths
+
+
 def stage_parity(ctx: StageContext) -> StageOutcome:
     """Engine against the HF reference (``harness.parity.run_parity``), both in workers."""
     from harness.parity import run_parity
 
     a = ctx.args
-    quick = {k: v for k, v in (("lengths", a.parity_lengths), ("steps", a.parity_steps)) if v is not None}
+    quick = {k: v for k, v in (("lengths", parity_lengths(a)), ("steps", a.parity_steps)) if v is not None}
     res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                      isolation=ctx.isolation, reference=ctx.shared.get("reference"),
                      engine_worker=ctx.shared.pop("engine_worker", None), **quick)

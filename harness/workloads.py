@@ -164,6 +164,11 @@ class Runner(Protocol):
         """Greedy, EOS ignored: exactly ``max_tokens`` output ids per prompt."""
 
 
+def longest_prompt(workloads: list[Workload], scale: Shapes) -> int:
+    """The longest prompt any of ``workloads`` times at the scale of ``scale`` (``Workload.at``), in tokens; 0 for none."""
+    return max((w.at(scale).prompt for w in workloads), default=0)
+
+
 def parse_workloads(names: str | list[str]) -> list[Workload]:
     """``"ttft,decode-bs1"`` -> workloads, in the given order.
 

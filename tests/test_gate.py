@@ -185,3 +185,21 @@ def test_prompt_nonce_reproduces_the_parity_prompts(rendered, tiny_checkpoint, t
     assert outs[0]["nonces"] == outs[1]["nonces"] and outs[0]["nonces"]["parity"] == stage_nonce(77, "parity")
     assert outs[0]["parity"]["max_rel_err"] == outs[1]["parity"]["max_rel_err"]
     assert prompt_seed(5, stage_nonce(77, "parity")) != 5 and prompt_seed(5, None) == 5
+
+
+def test_parity_covers_the_longest_prompt_the_bench_times():
+    """A long-prompt workload adds its prompt length to parity (a window longer than every parity prompt would
+    otherwise be timed and never judged); short workloads, CPU-scale shapes and a gate without bench add nothing."""
+    from harness.gate import GateArgs
+    from harness.gate_stages import parity_lengths
+    from harness.prompts import CPU_LENGTHS, GPU_LENGTHS
+
+    def args(gpu, scale, workloads, stages=("static", "parity", "bench"), lengths=None):
+        return GateArgs(Path("e"), Path("c"), None, gpu, stages, 1, 3, scale, workloads, Path("g.json"), parity_lengths=lengths)
+
+    assert parity_lengths(args("h200", "full", ("ttft", "decode-bs1", "conc32"))) == GPU_LENGTHS
+    assert parity_lengths(args("h200", "full", ("ttft", "prefill-16k", "ttft-8k"))) == (*GPU_LENGTHS, 16000)
+    assert parity_lengths(args("h200", "full", ("ttft-8k",), lengths=(1, 17))) == (1, 17, 8192)
+    assert parity_lengths(args("h200", "full", ("prefill-16k",), stages=("static", "parity"))) == GPU_LENGTHS
+    assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == CPU_LENGTHS  # 96 and 64 tokens on the CPU
+    assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
