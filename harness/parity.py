@@ -245,6 +245,22 @@ def _evaluate(engine: _Engine, reference: ReferenceCache, prompts: list[Prompt],
     return figs, _run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol)
 
 
+def _reference_runs(reference: ReferenceCache, prompts: list[Prompt], steps: int, seed: int) -> list[ReferenceRun]:
+    """The reference's run of every prompt (``ReferenceCache.run``; logit rows sampled from ``seed``: ``logit_rows``),
+    with a progress line every 5 s or more. Raises what the reference worker raises (the judge's own failure)."""
+    refs: list[ReferenceRun] = []
+    t0 = last = time.perf_counter()
+    for i, p in enumerate(prompts):
+        refs.append(reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size, seed + i)))
+        if time.perf_counter() - last >= 5.0 and i + 1 < len(prompts):
+            log.info("reference: %d of %d prompts (the last %d tokens + %d steps), %.0f s", i + 1, len(prompts),
+                     len(p.tokens), steps, time.perf_counter() - t0)
+            last = time.perf_counter()
+    log.info("reference: %d prompts (%d tokens) + %d steps each in %.1f s", len(prompts),
+             sum(len(p.tokens) for p in prompts), steps, time.perf_counter() - t0)
+    return refs
+
+
 def _worst(errs: list[float]) -> float:
     """Largest error, NaN counted as inf; inf when there is none (nothing ran)."""
     return max((float("inf") if x != x else x for x in errs), default=float("inf"))
@@ -321,24 +337,22 @@ def run_parity(
     run = RunFigures()
     try:
         worker.stage_deadline = deadline
-        refs = []
-        t0 = last = time.perf_counter()
-        for i, p in enumerate(prompts):
-            refs.append(reference.run(p.tokens, steps, logit_rows(len(p.tokens), reference.vocab_size,
-                                                                  prompt_seed(seed, nonce) + i)))
-            if time.perf_counter() - last >= 5.0 and i + 1 < len(prompts):  # a line every 5 s or more
-                log.info("reference: %d of %d prompts (the last %d tokens + %d steps), %.0f s", i + 1, len(prompts),
-                         len(p.tokens), steps, time.perf_counter() - t0)
-                last = time.perf_counter()
-        log.info("reference: %d prompts (%d tokens) + %d steps each in %.1f s", len(prompts),
-                 sum(len(p.tokens) for p in prompts), steps, time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        # the engine loads in its worker while the reference works in its own (a full-size load takes tens of seconds)
+        t0, loading, failed = time.perf_counter(), None, None
         try:
-            info = worker.call("engine.load", timeout=limits.load_s, engine_dir=str(worker.engine_dir),
-                               checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
-                               max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
+            loading = worker.send("engine.load", timeout=limits.load_s, pipelined=True, engine_dir=str(worker.engine_dir),
+                                  checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
+                                  max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
+        except WorkerFailure as err:  # the engine's worker is gone already: judged below, after the reference
+            failed = err
+        refs = _reference_runs(reference, prompts, steps, prompt_seed(seed, nonce))
+        try:
+            if failed is not None:
+                raise failed
+            worker.ready()
+            info = worker.receive("engine.load", loading)
             engine_dtype = str(info.get("dtype"))
-            log.info("engine load: %.1f s", time.perf_counter() - t0)
+            log.info("engine loaded beside the reference: %.1f s from the request", time.perf_counter() - t0)
             tol = get_tolerance(engine_dtype, reference.dtype).for_device(device)
             t0 = time.perf_counter()
             figs, run = _evaluate(_Engine(worker), reference, prompts, refs, tol)
