@@ -268,8 +268,8 @@ class Worker:
             self._fail("crashed", f"{op}: the {self.kind} worker sent a malformed reply ({err})")
         if not isinstance(reply, dict) or "ok" not in reply:
             self._fail("crashed", f"{op}: the {self.kind} worker sent a malformed reply")
-        if not reply["ok"]:
-            raise EngineError(str(reply.get("type")), str(reply.get("error")), str(reply.get("traceback") or ""))
+        if not reply["ok"]:  # each part cut as the worker cuts it: a worker that did not is not trusted to have
+            raise EngineError(str(reply.get("type"))[:300], str(reply.get("error"))[:4300], str(reply.get("traceback") or "")[-6000:])
         return reply.get("result")
 
     def call(self, op: str, *, timeout: float | None = None, **args: Any) -> Any:

@@ -94,7 +94,31 @@ def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, m
     module = import_engine(engine_dir)
     engine = module.load(checkpoint, device=device, max_batch=max_batch, max_seq_len=max_seq_len)
     _state["module"], _state["engine"] = module, engine
-    return {"dtype": str(getattr(engine, "dtype", torch.bfloat16)).removeprefix("torch."), "device": str(engine.device)}
+    return {"dtype": _dtype_name(getattr(engine, "dtype", torch.bfloat16)), "device": _device_name(engine.device)}
+
+
+def _dtype_name(dtype) -> str:
+    """``engine.dtype`` as a dtype name (``bfloat16``); it names a torch dtype, else a short ValueError (the judge
+    puts the name in its verdict: an arbitrary object's ``str`` could be anything, of any size)."""
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).removeprefix("torch.")
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype.removeprefix("torch."), None), torch.dtype):
+        return dtype.removeprefix("torch.")
+    raise ValueError(f"engine.dtype is {_cut(repr(dtype) if isinstance(dtype, str) else type(dtype).__name__, 80)}, "
+                     "not a torch dtype; set it to one (torch.bfloat16) or leave it out")
+
+
+def _device_name(device) -> str:
+    """``engine.device`` as torch names it (``cuda:0``); anything torch.device does not take is a short ValueError."""
+    try:
+        return str(torch.device(device if isinstance(device, (torch.device, int)) else str(device)[:64]))
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"engine.device {_cut(repr(device), 80)} is not a torch device") from None
+
+
+def _cut(text: str, n: int) -> str:
+    """``text`` up to ``n`` characters, with how much was left out."""
+    return text if len(text) <= n else f"{text[:n]}... [{len(text) - n} more characters cut]"
 
 
 def _rows(x, keep: list[int] | None = None, dim: int = 0) -> torch.Tensor:
@@ -183,7 +207,7 @@ def serve(rfd: int, wfd: int) -> None:
                 raise ValueError(f"unknown worker op {op!r}")
             reply = {"ok": True, "result": OPS[op](**(msg.get("args") or {}))}
         except Exception as err:  # the engine raised: report it, keep serving
-            reply = {"ok": False, "type": type(err).__name__, "error": str(err)[:4000],
+            reply = {"ok": False, "type": _cut(type(err).__name__, 200), "error": _cut(str(err), 4000),
                      "traceback": traceback.format_exc(limit=-8)[-6000:]}
         try:
             worker_protocol.encode(reply)

@@ -33,6 +33,9 @@ DTYPES: dict[str, torch.dtype] = {
 #: Largest JSON part and largest single buffer accepted (bytes): a worker cannot make the judge allocate more.
 MAX_JSON = 256 * 1024 * 1024
 MAX_BUFFER = 16 * 1024**3
+#: Longest string (and dict key) accepted inside a message: replies carry dtype and device names, errors and
+#: tracebacks (cut to 4000 and 6000 characters by the worker), never more; a longer one would end up in the verdict.
+MAX_STRING = 64 * 1024
 _HEAD = struct.Struct("<QI")
 _LEN = struct.Struct("<Q")
 _CHUNK = 1 << 20
@@ -95,10 +98,16 @@ def _rebuild(obj: Any, bufs: list[bytearray]) -> Any:
     if isinstance(obj, dict):
         if "__tensor__" in obj:
             return _tensor(obj, bufs)
-        return {k: _rebuild(v, bufs) for k, v in obj.items()}
+        return {_short(k): _rebuild(v, bufs) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_rebuild(v, bufs) for v in obj]
-    return obj
+    return _short(obj) if isinstance(obj, str) else obj
+
+
+def _short(text: str) -> str:
+    if len(text) > MAX_STRING:
+        raise ProtocolError(f"a string of {len(text)} characters (the limit is {MAX_STRING}): {text[:80]!r}...")
+    return text
 
 
 def _wait(fd: int, deadline: float | None, write: bool) -> None:
@@ -154,8 +163,8 @@ def recv(fd: int, deadline: float | None = None, max_bytes: int | None = None) -
         raise ProtocolError(f"message of over {max_bytes} bytes (its JSON alone is {n_json})")
     try:
         doc = json.loads(bytes(_read_exact(fd, n_json, deadline)))
-    except ValueError as err:
-        raise ProtocolError(f"message is not JSON: {err}") from None
+    except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than the decoder goes
+        raise ProtocolError(f"message is not JSON: {str(err)[:200]}") from None
     bufs = []
     for _ in range(n_bufs):
         (size,) = _LEN.unpack(bytes(_read_exact(fd, _LEN.size, deadline)))
@@ -165,4 +174,7 @@ def recv(fd: int, deadline: float | None = None, max_bytes: int | None = None) -
         if max_bytes is not None and total > max_bytes:
             raise ProtocolError(f"message of over {max_bytes} bytes (the judge's cap on one reply)")
         bufs.append(_read_exact(fd, size, deadline))
-    return _rebuild(doc, bufs)
+    try:
+        return _rebuild(doc, bufs)
+    except RecursionError:
+        raise ProtocolError("message nested too deeply") from None

@@ -152,3 +152,68 @@ def test_candidate_outputs_without_a_baseline_twin_are_checked(rendered, tiny_ch
         junk.outputs = dict(baseline.outputs) | {(tuple(p), 8): [0] * 8 for p in alone}
         with pytest.raises(BenchError, match="computes something else when benchmarked"):
             check_outputs(junk, baseline)
+
+
+# --- what comes back from a worker (session 3, R2's attempts) -------------------------------------------------
+
+
+def _raw_message(body: bytes) -> bytes:
+    from harness import worker_protocol
+
+    return worker_protocol._HEAD.pack(len(body), 0) + body
+
+
+@pytest.mark.parametrize("body, words", [
+    (b'{"ok": true, "result": {"dtype": "' + b"x" * (64 * 1024 + 1) + b'"}}', "a string of 65537 characters"),
+    (b'{"ok": true, "' + b"k" * (64 * 1024 + 1) + b'": 1}', "a string of 65537 characters"),
+    (b"[" * 200_000 + b"]" * 200_000, "not JSON"),  # deeper than the JSON decoder goes: a ProtocolError, not a RecursionError
+], ids=["long-value", "long-key", "deep"])
+def test_a_reply_with_a_huge_string_or_deep_nesting_is_malformed(body, words):
+    from harness import worker_protocol
+
+    with pytest.raises(worker_protocol.ProtocolError, match=words):
+        _receive(_raw_message(body))
+    ok = worker_protocol.encode({"ok": True, "result": {"dtype": "y" * (64 * 1024)}})  # at the limit: fine
+    assert len(_receive(ok)["result"]["dtype"]) == 64 * 1024
+
+
+def _receive(data: bytes):
+    """``worker_protocol.recv`` of ``data`` written by a thread (it is larger than a pipe holds)."""
+    import threading
+
+    from harness import worker_protocol
+
+    r, w = os.pipe()
+
+    def write() -> None:
+        try:
+            os.write(w, data)
+        except OSError:
+            pass
+        finally:
+            os.close(w)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        return worker_protocol.recv(r, time.monotonic() + 30)
+    finally:
+        os.close(r)
+        writer.join(timeout=30)
+
+
+def test_engine_dtype_and_device_come_back_as_short_names_or_a_short_error():
+    import torch
+
+    from harness.worker_main import _cut, _device_name, _dtype_name
+
+    assert _dtype_name(torch.bfloat16) == "bfloat16" and _dtype_name("torch.float32") == "float32"
+    assert _device_name(torch.device("cpu")) == "cpu" and _device_name("cuda:1") == "cuda:1"
+    for bad in ("bfloat16" + "x" * 10_000_000, object(), "nonsense"):
+        with pytest.raises(ValueError, match="not a torch dtype") as info:
+            _dtype_name(bad)
+        assert len(str(info.value)) < 300
+    with pytest.raises(ValueError, match="not a torch device") as info:
+        _device_name("gpu" * 1_000_000)
+    assert len(str(info.value)) < 300
+    assert _cut("E" * 1000, 200) == "E" * 200 + "... [800 more characters cut]" and _cut("short", 200) == "short"
