@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from metainfer.build.report_html import RENDER_DIFF_CHARS
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "runs" / "20261130-165218-qwen3.6-35b-a3b-nvfp4-h200"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -98,6 +100,11 @@ def test_report_opens_in_chromium(tmp_path):
             _check_page(page, (run / f"iter-{i:03d}" / "report.html").as_uri(), errors, images_expected=False)
             assert page.locator("table#stages tbody tr").count() >= 3
             assert page.locator("table#workloads tbody tr").count() == 3
+            diff = (run / f"iter-{i:03d}" / "candidate.diff").read_text()
+            if i == 0 and len(diff) > RENDER_DIFF_CHARS:  # the render: its files as a table, not the whole engine inline
+                assert page.locator("#diff").count() == 0
+                assert page.locator("table#render-files tr").count() == 1 + diff.count("diff --git ")
+                continue
             assert page.locator("#diff .diff").count() == 1  # pygments-highlighted diff
             assert page.locator("#diff span.gd, #diff span.gi").count() >= 1  # deleted / inserted lines styled
         page.screenshot(path=str(tmp_path / "report-iteration.png"), full_page=True)

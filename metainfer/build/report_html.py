@@ -22,6 +22,8 @@ from metainfer.build.report_plots import layers_plot, objective_plot, profile_pl
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "report"
 #: diffs larger than this many characters are shown truncated on the page (the full file is linked)
 MAX_DIFF_CHARS = 300_000
+#: iteration 0 (the render) with a diff longer than this is shown as a table of its files
+RENDER_DIFF_CHARS = 20_000
 #: lines of gate.log shown on the page (the last ones; the full file is linked)
 LOG_TAIL_LINES = 300
 
@@ -55,6 +57,19 @@ def highlight_diff(text: str) -> tuple[str, str, bool]:
         text = text[:MAX_DIFF_CHARS].rsplit("\n", 1)[0] + "\n"
     fmt = HtmlFormatter(cssclass="diff", linenos="table", wrapcode=True)
     return highlight(text, DiffLexer(), fmt), fmt.get_style_defs(".diff"), truncated
+
+
+def diff_files(text: str) -> list[tuple[str, int, int]]:
+    """``(path, lines added, lines removed)`` per file of a unified git diff, in its order."""
+    out: list[list] = []
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            out.append([line.split(" b/", 1)[-1], 0, 0])
+        elif out and line.startswith("+") and not line.startswith("+++ "):
+            out[-1][1] += 1
+        elif out and line.startswith("-") and not line.startswith("--- "):
+            out[-1][2] += 1
+    return [(p, a, r) for p, a, r in out]
 
 
 def _read(path: Path) -> str | None:
@@ -97,12 +112,14 @@ def write_iteration_page(env: jinja2.Environment, view: RunView, it: IterationVi
         if p is not None:
             plots[name] = p.name
     diff_text = _read(d / "candidate.diff") or ""
-    diff_html, diff_css, truncated = highlight_diff(diff_text) if diff_text.strip() else ("", "", False)
+    # iteration 0's diff is the whole rendered engine: a file table, not pages of added lines (candidate.diff has it)
+    files = diff_files(diff_text) if it.iteration == 0 and len(diff_text) > RENDER_DIFF_CHARS else []
+    diff_html, diff_css, truncated = highlight_diff(diff_text) if diff_text.strip() and not files else ("", "", False)
     log = _read(d / "gate.log")
     log_lines = log.splitlines() if log else []
     neighbours = {x.iteration: x for x in view.iterations}
     page = env.get_template("iteration.html.j2").render(
-        run=view, it=it, plots=plots, diff_html=diff_html, diff_css=diff_css, diff_truncated=truncated,
+        run=view, it=it, plots=plots, diff_html=diff_html, diff_css=diff_css, diff_truncated=truncated, diff_files=files,
         log_tail="\n".join(log_lines[-LOG_TAIL_LINES:]), log_skipped=max(0, len(log_lines) - LOG_TAIL_LINES),
         transcript=_transcript(d), agent_error=_read(d / "agent_error.txt"),
         prev=neighbours.get(it.iteration - 1), next=neighbours.get(it.iteration + 1))

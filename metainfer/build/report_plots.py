@@ -87,7 +87,8 @@ def workloads_plot(view: RunView, path: Path) -> Path | None:
             continue
         xs = [it.iteration for it, _ in rows]
         cand = [w.candidate for _, w in rows]
-        err = [(w.spread or 0.0) * w.candidate / 2 for _, w in rows]
+        half = [(w.spread or 0.0) * w.candidate / 2 for _, w in rows]  # spread = range / median
+        err = [[min(h, c) for h, c in zip(half, cand)], half]  # a figure is never below 0: the low bar stops there
         colors = ["tab:green" if it.accepted else ("grey" if it.iteration == 0 else "tab:red") for it, _ in rows]
         ax.bar([x - 0.2 for x in xs], cand, width=0.4, color=colors, yerr=err, capsize=3, label="candidate")
         best = [(it.iteration, w.best) for it, w in rows if w.best is not None]
