@@ -178,3 +178,17 @@ def test_a_run_is_found_by_path_id_or_a_unique_part_of_its_id(tmp_path):
         RunRecord.open(tmp_path, "-m-")
     with pytest.raises(BuildError, match="no run 'nope'"):
         RunRecord.open(tmp_path, "nope")
+
+
+def test_noise_run_note_states_the_margin_and_warns_when_the_machine_was_unsteady():
+    from metainfer.build.decision import noise_run_note
+
+    def gate(speedup, noise):
+        return {"bench": {"objective": {"speedup": speedup, "noise": noise}}}
+
+    steady = noise_run_note(gate(1.02, 0.03))
+    assert "1.020 ± 0.030" in steady and "must exceed 0.000" in steady and "unsteady" not in steady
+    off = noise_run_note(gate(1.3, 0.05))  # the same engine 30 % off itself, well beyond its own noise
+    assert "must exceed 0.250" in off and "unsteady" in off
+    assert "unsteady" in noise_run_note(gate(1.2, 0.77))  # a noise bar of 77 %: nothing steady was measured
+    assert noise_run_note(None) is None and noise_run_note({"bench": {}}) is None

@@ -125,6 +125,26 @@ def aa_margin(noise_run: dict[str, Any] | None) -> float | None:
     return max(0.0, abs(speedup - 1.0) - noise)
 
 
+#: a noise run further off 1.0 than this beyond its own noise, or noisier than ``UNSTEADY_NOISE``, makes the report warn
+UNSTEADY_MARGIN, UNSTEADY_NOISE = 0.1, 0.25
+
+
+def noise_run_note(noise_run: dict[str, Any] | None) -> str | None:
+    """One sentence for the run report about iteration 0's noise run (the engine against a copy of itself): its
+    speedup and noise, the margin it sets (``aa_margin``), and a warning when the machine's timings were unsteady;
+    None without a measured one."""
+    objective = (((noise_run or {}).get("bench") or {}).get("objective")) or {}
+    speedup, noise, margin = as_float(objective.get("speedup")), as_float(objective.get("noise")), aa_margin(noise_run)
+    if speedup is None or margin is None:
+        return None
+    note = (f"Noise run (the baseline raced against a copy of itself): {speedup:.3f} ± {noise or 0.0:.3f}; every "
+            f"candidate's speedup − 1 must exceed {margin:.3f}.")
+    if margin > UNSTEADY_MARGIN or (noise or 0.0) > UNSTEADY_NOISE:
+        note += (" The same engine did not time the same twice: this machine was unsteady (other jobs on these "
+                 "cores?), so a small speedup here means little; rerun on idle cores to trust one.")
+    return note
+
+
 def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
     """Accept iff green up to the benchmark, parity ok, the gate says the candidate beats the best engine and,
     when ``margin`` (``aa_margin`` of the run's noise run) is given, the speedup clears it too."""

@@ -8,9 +8,11 @@ The markdown is for terminals and git diffs; the HTML report (``summary.html``, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from metainfer.build.decision import noise_run_note
 from metainfer.build.records import RunRecord, write_text
 
 
@@ -105,6 +107,12 @@ def summary_markdown(record: RunRecord) -> str:
              f"{sum(1 for r in history if r['iteration'] > 0)} candidates", ""]
     if scaled:
         lines += ["Benchmarks ran **scaled down** (CPU workloads); figures are not GPU figures.", ""]
+    try:
+        note = noise_run_note(json.loads((record.path / "iter-000" / "gate.json").read_text()))
+    except (OSError, ValueError):
+        note = None
+    if note:
+        lines += [note, ""]
     lines += [summary_table(history), ""]
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metainfer.build.decision import as_float
+from metainfer.build.decision import as_float, noise_run_note
 from metainfer.build.records import RunRecord
 
 WORKLOAD_ORDER = ("ttft", "decode-bs1", "conc32", "conc64", "conc128", "ttft-2k", "ttft-8k", "prefill-16k")
@@ -137,6 +137,7 @@ class RunView:
     vllm_source: str | None
     workload_names: list[str]
     in_flight: str | None = None
+    noise_run: str | None = None  # decision.noise_run_note of iteration 0's gate
 
     @property
     def candidates(self) -> list[IterationView]:
@@ -290,4 +291,12 @@ def run_view(record: RunRecord) -> RunView:
         started=st.get("started"), ended=st.get("ended"), active_seconds=float(st.get("active_seconds") or 0.0),
         cost_usd=float(st.get("cost_usd") or 0.0), best=st.get("best") or {}, iterations=iterations,
         scaled_down=any(it.scaled_down for it in iterations), vllm_source=source if any(not it.on_cpu for it in iterations) else None,
-        workload_names=names, in_flight=in_flight)
+        workload_names=names, in_flight=in_flight, noise_run=noise_run_note(_gate_json(record.path / "iter-000")))
+
+
+def _gate_json(d: Path) -> dict[str, Any] | None:
+    """``d/gate.json`` parsed, None when absent or unreadable."""
+    try:
+        return json.loads((d / "gate.json").read_text())
+    except (OSError, ValueError):
+        return None
