@@ -114,6 +114,10 @@ FORBIDDEN_NAMES = {"__builtins__", "__loader__"}
 #: Path methods that change the file system (pathlib only; names with other common meanings are not here).
 WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir", "symlink_to", "hardlink_to", "chmod",
                  "lchmod", "tofile", "link_to", "export_chrome_trace", "export_stacks"}
+#: Configuration namespaces of torch whose flags an engine may set to a plain constant (TF32, cuDNN autotuning,
+#: Dynamo/Inductor knobs): they change how the engine's own worker computes, which parity and the bench then judge,
+#: and no code the judge runs there (harness.worker_main) reads them. Any other assignment to a module is a patch.
+CONFIG_PREFIXES = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.", "torch._functorch.config.")
 #: setattr on objects under these roots patches what the judge computes with
 PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
 #: Modules whose attributes, looked up by a computed name or through their namespace, reach any import, file or process.

@@ -148,6 +148,20 @@ BAD = [
     ("import string\ndef f(g):\n    return string.Formatter().get_field('0.x', (g,), {})", "forbidden-call", "string.Formatter"),
     ("F = '0.__globals__[__builtins__][__import__]'", "forbidden-call", "'__globals__' inside the string"),
     ("import torch\no = getattr(torch, 'os')\no.fork()", "forbidden-call", "module os as an attribute"),
+    # session 3 (R2, tuple_target_patch): every statement that binds an attribute of a module is a patch
+    ("import torch\ntorch.set_num_threads, _x = abs, 0", "monkeypatch", "assigns torch.set_num_threads"),
+    ("import torch\n[torch.softmax] = [abs]", "monkeypatch", "assigns torch.softmax"),
+    ("import torch\n*torch.softmax, = [abs]", "monkeypatch", "assigns torch.softmax"),
+    ("import torch\nfor torch.softmax in [abs]:\n    pass", "monkeypatch", "assigns torch.softmax"),
+    ("import torch, contextlib\nwith contextlib.nullcontext(abs) as torch.softmax:\n    pass", "monkeypatch", "assigns torch.softmax"),
+    ("import torch\nX = [0 for torch.softmax in [abs]]", "monkeypatch", "assigns torch.softmax"),
+    ("import torch\ntorch.softmax: object = abs", "monkeypatch", "assigns torch.softmax"),
+    ("import math\nmath.pi += 1", "monkeypatch", "assigns math.pi"),
+    ("import torch\ndel torch.softmax", "monkeypatch", "deletes torch.softmax"),
+    # a configuration flag takes a constant, not code, and only alone
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = abs", "monkeypatch", "may be set to a constant"),
+    ("import torch\ntorch.backends.cudnn.benchmark, _x = True, 0", "monkeypatch", "may be set to a constant"),
+    ("import torch._inductor.config as ic\nic.cpp.cxx = 'sh'", "monkeypatch", "may be set to a constant"),
 ]
 
 
@@ -204,6 +218,12 @@ ALLOWED = [
     "import torch\nC = torch.utils.checkpoint.checkpoint",
     "MSG = 'engine/__init__.py defines no load(): see its __init__ docstring'",
     "S = '{0.weight} of {1}'.format",
+    # session 3 (R2, backend_flags): torch's configuration flags set to constants, and the engine's own objects bound freely
+    "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.benchmark = True",
+    "import torch._dynamo\ntorch._dynamo.config.cache_size_limit = 64\ntorch._dynamo.config.recompile_limit: int = -1",
+    "import torch._inductor.config as ic\nic.coordinate_descent_tuning = True\nic.triton.cudagraphs = False",
+    "import os\nos.environ['TRITON_PRINT_AUTOTUNING'] = '0'",
+    "class S:\n    pass\ns = S()\ns.a, s.b = 1, 2\nfor s.c in range(2):\n    pass\ndel s.a",
 ]
 
 
