@@ -93,3 +93,16 @@ def test_engine_refuses_a_checkpoint_of_other_facts_naming_them_and_the_upgrade(
     msg = str(err.value)
     assert "rope_theta: engine 10000.0, checkpoint 5000000.0" in msg
     assert f"metainfer upgrade --target {target.name} --to {ck}" in msg
+
+
+def test_a_hugging_face_repo_id_names_its_registered_model_and_a_typo_gets_a_suggestion(tmp_path, monkeypatch):
+    from metainfer.errors import UnknownNameError
+    from metainfer.targets import get_model
+
+    monkeypatch.chdir(tmp_path)  # no local folder of that name
+    assert get_model("Qwen/Qwen3.6-35B-A3B").name == "qwen3.6-35b-a3b"
+    with pytest.raises(UnknownNameError, match="did you mean qwen3.6-35b-a3b-tiny"):
+        get_model("qwen3.6-35b-tiny")
+    with pytest.raises(UnknownNameError, match="known models") as err:
+        get_model("meta-llama/Llama-3.1-8B")
+    assert "did you mean" not in str(err.value)

@@ -11,6 +11,7 @@ family (``metainfer.checkpoint.facts.FAMILIES``). ``ModelSpec.config`` is the wh
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -169,16 +170,20 @@ def get_model(name: str) -> ModelSpec:
         UnknownNameError: neither a registered name nor a readable config path (the message lists
             the known names), or a config no template family serves (the message lists the families).
     """
-    spec = _registry().get(name)
+    path = Path(name).expanduser()
+    # a registry name, or a Hugging Face repo id of one (``Qwen/Qwen3.6-35B-A3B``) that is not a local folder
+    alias = name.rsplit("/", 1)[-1].lower() if name.count("/") == 1 and not path.exists() else name
+    spec = _registry().get(name) or _registry().get(alias)
     if spec is not None:
         return ModelSpec(spec.name, spec.family, copy.deepcopy(spec.config), spec.tiny, spec.source)
-    path = Path(name).expanduser()
     if path.is_dir():
         path = path / "config.json"
     if path.name.endswith(".json") and path.is_file():
         return _from_config_file(path.resolve())
+    close = difflib.get_close_matches(alias.lower(), model_names(), n=1, cutoff=0.8)
     raise UnknownNameError(f"unknown model {name!r}: not a registered name and no config.json at that path; "
-                           f"known models: {', '.join(model_names())}; or pass an HF model folder or its config.json")
+                           + (f"did you mean {close[0]}? " if close else "")
+                           + f"known models: {', '.join(model_names())}; or pass an HF model folder or its config.json")
 
 
 def _from_config_file(path: Path) -> ModelSpec:
