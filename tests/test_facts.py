@@ -106,3 +106,16 @@ def test_a_hugging_face_repo_id_names_its_registered_model_and_a_typo_gets_a_sug
     with pytest.raises(UnknownNameError, match="known models") as err:
         get_model("meta-llama/Llama-3.1-8B")
     assert "did you mean" not in str(err.value)
+
+
+def test_a_gpu_or_format_in_upper_case_is_told_the_name():
+    from metainfer.errors import UnknownNameError
+    from metainfer.targets import get_gpu, get_quant
+
+    with pytest.raises(UnknownNameError, match=r"lower case: --gpu h200"):
+        get_gpu("H200")
+    with pytest.raises(UnknownNameError, match=r"lower case: --quant nvfp4"):
+        get_quant("NVFP4")
+    with pytest.raises(UnknownNameError) as err:
+        get_gpu("a100")
+    assert "lower case" not in str(err.value) and "known GPUs" in str(err.value)

@@ -61,7 +61,8 @@ def get_gpu(name: str) -> GpuProfile:
     try:
         return GPUS[name]
     except KeyError:
-        raise UnknownNameError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(GPUS))}") from None
+        hint = f" (names are lower case: --gpu {name.lower()})" if name.lower() in GPUS else ""
+        raise UnknownNameError(f"unknown GPU {name!r}{hint}; known GPUs: {', '.join(sorted(GPUS))}") from None
 
 
 def detect() -> GpuProfile | None:

@@ -55,4 +55,5 @@ def get_quant(name: str) -> QuantSpec:
     try:
         return QUANTS[name]
     except KeyError:
-        raise UnknownNameError(f"unknown weight format {name!r}; known formats: {', '.join(sorted(QUANTS))}") from None
+        hint = f" (names are lower case: --quant {name.lower()})" if name.lower() in QUANTS else ""
+        raise UnknownNameError(f"unknown weight format {name!r}{hint}; known formats: {', '.join(sorted(QUANTS))}") from None
