@@ -79,6 +79,9 @@ FORBIDDEN_CALLS: dict[str, str] = {
                     "runs code that is not the engine's source; write the code out"),
     **dict.fromkeys(("torch.ops.load_library", "torch.classes.load_library"), "loads a native extension module"),
     "operator.methodcaller": "calls a method named by a string the rules cannot follow; call the method by name",
+    **dict.fromkeys(("torch.set_num_threads", "torch.set_num_interop_threads", "os.sched_setaffinity", "os.setpriority",
+                     "os.nice", "os.sched_setscheduler"),
+                    "the judge gives both engines the same threads and CPUs (engine.load's threads); an engine keeps them"),
     "string.Formatter": "format fields walk attributes and items by name ('0.__globals__[...]'); format with str.format",
 }
 #: Dotted prefixes refused like FORBIDDEN_CALLS.

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import worker_isolation, worker_protocol
+from harness.worker_copy import check_copyable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Environment variables passed on to a worker (plus every ``TRITON_*`` but the cache folder); nothing else.
@@ -143,6 +144,10 @@ class Worker:
         limits: call limits; isolation: ``namespace``/``process`` (default: ``worker_isolation.detect()``).
         parent: folder under which the private temp dir is made (default: :func:`session_dir`).
         keep_links: copy symlinks as links (the static stage must see them), else copy what they point to.
+
+    Raises:
+        harness.worker_copy.CopyError: ``engine_dir`` holds what a copy would blow up (a sparse giant file, a link to
+            a device, a loop of links); nothing was copied or started.
     """
 
     def __init__(self, kind: str, *, engine_dir: str | Path | None = None, limits: WorkerLimits | None = None,
@@ -171,7 +176,9 @@ class Worker:
             self.engine_dir = None
             if engine_dir is not None:
                 self.engine_dir = box / "engine"
-                shutil.copytree(engine_dir, self.engine_dir, symlinks=keep_links, ignore=None if keep_links else _COPY_IGNORE)
+                ignore = None if keep_links else _COPY_IGNORE
+                check_copyable(engine_dir, follow_links=not keep_links, ignore=ignore)  # a sparse TiB is refused, not written
+                shutil.copytree(engine_dir, self.engine_dir, symlinks=keep_links, ignore=ignore)
             self.log_path = box / "output.log"
             self._start()
         except BaseException:

@@ -91,6 +91,7 @@ def engine_load(engine_dir: str, checkpoint: str, device: str, max_batch: int, m
 
     if threads:
         torch.set_num_threads(threads)
+        _state["threads"] = int(threads)  # the judge's equal share: checked after every op (_threads_kept)
     module = import_engine(engine_dir)
     engine = module.load(checkpoint, device=device, max_batch=max_batch, max_seq_len=max_seq_len)
     _state["module"], _state["engine"] = module, engine
@@ -194,6 +195,17 @@ def engine_profile(prompt: list[int], decode_prompts: list[list[int]], decode_to
 OPS["engine.profile"] = engine_profile
 
 
+def _threads_kept(op: str) -> None:
+    """Raise when the engine changed torch's intra-op thread count from the one the judge set at load (both engines
+    get the same; an engine taking more cores than its share would be timed on a machine the other never had)."""
+    want = _state.get("threads")
+    if want is not None and torch.get_num_threads() != want:
+        got = torch.get_num_threads()
+        torch.set_num_threads(want)
+        raise RuntimeError(f"{op}: the engine changed torch's thread count from {want} to {got}; the judge sets it for "
+                           "both engines alike (engine.load's threads), leave it as it is")
+
+
 def serve(rfd: int, wfd: int) -> None:
     """Answer requests until the judge closes the pipe."""
     while True:
@@ -206,6 +218,8 @@ def serve(rfd: int, wfd: int) -> None:
             if op not in OPS:
                 raise ValueError(f"unknown worker op {op!r}")
             reply = {"ok": True, "result": OPS[op](**(msg.get("args") or {}))}
+            if op.startswith("engine."):
+                _threads_kept(op)
         except Exception as err:  # the engine raised: report it, keep serving
             reply = {"ok": False, "type": _cut(type(err).__name__, 200), "error": _cut(str(err), 4000),
                      "traceback": traceback.format_exc(limit=-8)[-6000:]}

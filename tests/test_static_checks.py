@@ -158,6 +158,8 @@ BAD = [
     ("import torch\ntorch.softmax: object = abs", "monkeypatch", "assigns torch.softmax"),
     ("import math\nmath.pi += 1", "monkeypatch", "assigns math.pi"),
     ("import torch\ndel torch.softmax", "monkeypatch", "deletes torch.softmax"),
+    ("import torch, os\ntorch.set_num_threads(os.cpu_count())", "forbidden-call", "same threads"),
+    ("import os\nos.sched_setaffinity(0, {0, 1})", "forbidden-call", "same threads and CPUs"),
     # a configuration flag takes a constant, not code, and only alone
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = abs", "monkeypatch", "may be set to a constant"),
     ("import torch\ntorch.backends.cudnn.benchmark, _x = True, 0", "monkeypatch", "may be set to a constant"),

@@ -217,3 +217,54 @@ def test_engine_dtype_and_device_come_back_as_short_names_or_a_short_error():
         _device_name("gpu" * 1_000_000)
     assert len(str(info.value)) < 300
     assert _cut("E" * 1000, 200) == "E" * 200 + "... [800 more characters cut]" and _cut("short", 200) == "short"
+
+
+def test_an_engine_folder_that_a_copy_would_blow_up_is_refused_before_copying(tmp_path):
+    from harness.worker import Worker
+    from harness.worker_copy import CopyError, CopyLimits, check_copyable
+
+    eng = tmp_path / "eng"
+    (eng / "engine").mkdir(parents=True)
+    (eng / "engine" / "__init__.py").write_text("x = 1\n")
+    check_copyable(eng, follow_links=False)
+    with open(eng / "engine" / "notes.txt", "wb") as f:
+        f.truncate(1 << 33)  # 8 GiB of hole: no block written here, 8 GiB of zeros in any copy
+    parent = tmp_path / "boxes"
+    parent.mkdir()
+    with pytest.raises(CopyError, match="notes.txt: 8589934592 bytes.*refused before copying"):
+        Worker("static", engine_dir=eng, parent=parent, keep_links=True)
+    assert list(parent.iterdir()) == []  # nothing copied, nothing started, the box removed
+    (eng / "engine" / "notes.txt").unlink()
+    (eng / "engine" / "zero").symlink_to("/dev/zero")
+    check_copyable(eng, follow_links=False)  # kept as a link (the static stage refuses it)
+    with pytest.raises(CopyError, match="zero: a character device"):
+        check_copyable(eng, follow_links=True)
+    (eng / "engine" / "zero").unlink()
+    os.mkfifo(eng / "engine" / "pipe")
+    with pytest.raises(CopyError, match="pipe: a named pipe"):
+        check_copyable(eng, follow_links=False)
+    (eng / "engine" / "pipe").unlink()
+    (eng / "engine" / "loop").symlink_to(eng / "engine")
+    with pytest.raises(CopyError, match="deeper than 3"):
+        check_copyable(eng, follow_links=True, limits=CopyLimits(max_depth=3))
+
+
+def test_an_engine_that_changes_the_thread_count_is_refused_at_run_time(tmp_path):
+    """The static rule refuses torch.set_num_threads by name; a name computed from data reaches it anyway, so the
+    worker checks the count after every engine op (a real engine worker on a small engine of its own)."""
+    from harness.worker import EngineError, Worker
+
+    eng = tmp_path / "eng"
+    (eng / "engine").mkdir(parents=True)
+    (eng / "engine" / "__init__.py").write_text(
+        "import torch\n\n\nclass SamplingParams:\n    pass\n\n\nclass _E:\n    device = torch.device('cpu')\n"
+        "    dtype = torch.bfloat16\n\n    def release(self, slots):\n        torch.set_num_threads(3)\n\n\n"
+        "def load(checkpoint, device='cpu', *, max_batch=1, max_seq_len=8):\n    return _E()\n")
+    with Worker("engine", engine_dir=eng, parent=tmp_path) as w:
+        info = w.call("engine.load", engine_dir=str(w.engine_dir), checkpoint=str(tmp_path), device="cpu", max_batch=1,
+                      max_seq_len=8, threads=1)
+        assert info == {"dtype": "bfloat16", "device": "cpu"}
+        with pytest.raises(EngineError, match="changed torch's thread count from 1 to 3"):
+            w.call("engine.release", slots=[0])
+        with pytest.raises(EngineError, match="from 1 to 3"):  # put back to 1 by the check, changed again: refused again
+            w.call("engine.release", slots=[])
