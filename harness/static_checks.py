@@ -89,6 +89,16 @@ def _check_layout(engine_dir: Path) -> list[Finding]:
             for n in ("load", "SamplingParams") if n not in names]
 
 
+def _check_no_repository(engine_dir: Path) -> list[Finding]:
+    """A ``.git`` anywhere in the engine folder (its contents are not checked): git run on the folder (the gate
+    records the engine's commit) would take that repository's config, whose commands (``core.fsmonitor``, diff and
+    filter drivers) run with the caller's rights, outside every worker."""
+    return [Finding(p.relative_to(engine_dir).as_posix(), None, "layout",
+                    "a git repository inside the engine folder: its config runs commands wherever git is used on the folder; "
+                    "the engine folder holds source only (the build's worktree is the repository)")
+            for p in sorted(engine_dir.rglob(".git"))]
+
+
 def _check_tunables(engine_dir: Path) -> list[Finding]:
     rel = "engine/tunables.json"
     path = engine_dir / rel
@@ -135,6 +145,7 @@ def run_static(engine_dir: str | Path, checkpoint_dir: str | Path | None = None,
     files = [p for p in entries if p.is_file() and not p.is_symlink()]
     res = StaticResult(ok=False, files=len(files))
     res.findings += _check_layout(engine_dir)
+    res.findings += _check_no_repository(engine_dir)
     res.findings += check_files(engine_dir, entries)
     flagged = {f.file for f in res.findings}
     for p in files:

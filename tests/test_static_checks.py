@@ -380,3 +380,12 @@ def test_audited_import_writes_no_bytecode(tmp_path):
     (engine / "engine" / "helper.py").write_text("X = 1\n")
     assert run_static(engine).ok
     assert not list(engine.rglob("__pycache__")) and run_static(engine).ok  # a second gate sees the same folder
+
+
+def test_a_git_repository_inside_the_engine_folder_is_refused(tmp_path):
+    """Its config (core.fsmonitor, filters) runs commands wherever git is used on the folder (git_config_in_engine)."""
+    engine = make_engine(tmp_path, "")
+    (engine / "engine" / ".git").mkdir()
+    (engine / "engine" / ".git" / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
+    res = run_static(engine, import_check=False)
+    assert not res.ok and any(f.file == "engine/.git" and "git repository inside" in f.message for f in res.findings)
