@@ -7,18 +7,28 @@ absent (no GPU, no git, no triton): the missing entry is ``None``.
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
 from pathlib import Path
 
 
+#: git run on a folder the judge does not trust (a candidate engine): no system or global config, no hooks, no
+#: fsmonitor, no external diff or textconv, so no setting can make git run a command of the candidate's
+_GIT_SAFE = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0"}
+
+
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     """stdout of ``cmd`` stripped, or None when the tool is missing or fails (a missing tool is a fact to record, not an error)."""
     if shutil.which(cmd[0]) is None:
         return None
+    if cmd[0] == "git":
+        cmd = ["git", *_GIT_SAFE, *cmd[1:]]
     try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=False,
+                             env={**os.environ, **_GIT_ENV} if cmd[0] == "git" else None)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -30,6 +40,8 @@ def git_commit(path: str | Path) -> str | None:
     untracked files' names under ``path``, so two gates of the same edit name the same state. None outside git."""
     path = Path(path).resolve()
     cwd = path if path.is_dir() else path.parent
+    if _holds_git(cwd):  # a repository of the candidate's own: its config would run its commands (static refuses it)
+        return None
     sha = _run(["git", "rev-parse", "HEAD"], cwd=cwd)
     if sha is None:
         return None
@@ -38,9 +50,14 @@ def git_commit(path: str | Path) -> str | None:
         return sha
     import hashlib
 
-    diff = _run(["git", "diff", "HEAD", "--", "."], cwd=cwd) or ""
+    diff = _run(["git", "diff", "--no-ext-diff", "--no-textconv", "HEAD", "--", "."], cwd=cwd) or ""
     untracked = _run(["git", "ls-files", "--others", "--exclude-standard", "--", "."], cwd=cwd) or ""
     return f"{sha}+diff:{hashlib.sha256((diff + chr(0) + untracked).encode()).hexdigest()[:12]}"
+
+
+def _holds_git(folder: Path) -> bool:
+    """True when ``folder`` or any folder below it (links not followed) has a ``.git`` entry."""
+    return any(".git" in dirs or ".git" in files for _, dirs, files in os.walk(folder))
 
 
 def env_info(engine_dir: str | Path | None = None) -> dict[str, str | None]:

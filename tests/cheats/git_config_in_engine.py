@@ -16,8 +16,6 @@ CLASS = "in-process"
 STAGE = "static"
 REASON = "a git repository inside the engine folder"
 OLD_GATE = "accepted (the judge's stats.py rewritten by git status in harness.env before the first stage)"
-OPEN = ("harness/env.py (not R2's file) runs git in the candidate's folder in the judge's context: the payload still "
-        "edits the judge before the static stage refuses the .git folder; fix in env.git_commit (see R2's report)")
 
 PAYLOAD = '''
 import os
