@@ -26,12 +26,15 @@ def engines(mod, tiny_checkpoint):
     ck = tiny_checkpoint("bf16")
     return {
         "static": mod.load(ck, "cpu", max_batch=3, max_seq_len=160, kv_block_size=0),
-        "paged": mod.load(ck, "cpu", max_batch=3, max_seq_len=160),  # the rendered CPU default
+        "paged": mod.load(ck, "cpu", max_batch=3, max_seq_len=160, kv_block_size=BS),
         "small": mod.load(ck, "cpu", max_batch=3, max_seq_len=160, kv_block_size=BS, kv_num_blocks=7),  # 6 usable
     }
 
 
-def test_rendered_cpu_default_is_paged(engines):
+def test_rendered_cpu_default_is_paged(engines, mod, tiny_checkpoint):
+    """The CPU render defaults to paged blocks of 16 (so every CPU engine test runs the paged path)."""
+    default = mod.load(tiny_checkpoint("bf16"), "cpu", max_batch=1, max_seq_len=40).cache.kv
+    assert default.paged and default.block_size == BS and default.num_blocks == 3 + 1
     kv = engines["paged"].cache.kv
     assert kv.paged and kv.block_size == BS and kv.num_blocks == 3 * 10 + 1
     assert tuple(kv.k[0].shape[:2]) == (31, BS) and tuple(kv.block_table.shape) == (4, 10)
