@@ -1,6 +1,7 @@
 """Paged KV cache: every reader and writer of the full-attention cache through a block table, on odd
 shapes (Triton under the interpreter on CPU, compiled on CUDA), against the static layout.
 
+Block sizes below the key tile (a block per key) and multiples of it (one block per tile) both run.
 Each case builds a static cache [S, L, HKV, D], then the same keys in a pool whose blocks are
 shuffled (a sequence's blocks non-contiguous and out of order), with a block size that divides
 neither the lengths nor the kernels' key tiles; pool blocks no sequence owns, and the table
@@ -57,7 +58,8 @@ def _decode_case(lens, s=5, cap=100, hkv=2, hq=8, d=32, seed=0):
 
 
 @pytest.mark.parametrize("lens,bs,splits,block_n", [([1], 8, 1, 16), ([17, 1, 63], 8, 3, 16), ([40, 100, 9], 16, 4, 32),
-                                                    ([33], 4, 2, 16)])
+                                                    ([33], 4, 2, 16),  # a block per key (block < tile)
+                                                    ([40, 100, 9], 32, 3, 16), ([65, 2], 64, 2, 16)])  # a block per tile
 def test_decode_attention_through_a_shuffled_pool(lens, bs, splits, block_n):
     q, k, v, slots, lens_t = _decode_case(lens, seed=bs + len(lens))
     sl = slots.tolist()
@@ -77,6 +79,8 @@ def test_decode_attention_through_a_shuffled_pool(lens, bs, splits, block_n):
         ([1, 63, 64, 65], [0, 3, 0, 40], 4, 2, 32, 16, (32, 16)),  # continuations: keys already in the pool
         ([2, 65], [17, 0], 2, 1, 48, 8, (16, 32)),  # a tile spans 4 blocks
         ([50], [70], 2, 2, 16, 32, (64, 64)),  # a block spans half a tile; 120 not a multiple of 32
+        ([1, 63, 64, 65], [0, 3, 0, 40], 4, 2, 32, 32, (32, 16)),  # a tile in one block (block_n divides it)
+        ([2, 65], [17, 0], 2, 1, 48, 64, (16, 32)),
     ],
 )
 def test_prefill_attention_through_a_shuffled_pool(lens, starts, nq, nkv, hd, bs, blocks):

@@ -71,7 +71,7 @@ def attention_forward(
     gate = qkv[:, : nq * 2 * hd].view(t, nq, 2 * hd)[..., hd:]  # [T, nq, hd], strided
     j = cache.layer_index[layer]
     kc, vc = cache.k[j], cache.v[j]  # [NB, BS, nkv, hd]
-    table = cache.block_table  # int32 [S, max_blocks] (static: [[0], [1], ...], slot s = block s)
+    table = cache.block_table if cache.kv.paged else None  # int32 [S, max_blocks]; None: static, slot s = block s
     kv_blocks, kv_rows = cache.kv.locate(batch.token_slots, batch.positions)  # static: (slots, positions)
     # q, k normed and roped; k and v written into the cache at (block, row) of (slot, position)
     q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, kv_blocks, kv_rows,

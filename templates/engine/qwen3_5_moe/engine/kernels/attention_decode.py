@@ -2,7 +2,7 @@
 
 The cache is read through a block table (``kernels.paged``): position p of slot s is row
 ``p % block_size`` of block ``block_table[s, p // block_size]``; no table means the static layout
-(slot s = block s, one block of L rows), which the kernel runs as the table ``[[0], [1], ...]``.
+(slot s = block s, one block of L rows), compiled without the table (``PAGED`` 0: the kernel before paging).
 
 Kernel → launcher → public API, with the plain-torch reference ``attention_decode_ref`` beside it.
 The grid is static for a given batch size (batch × kv heads × ``splits``), and every length is
@@ -39,7 +39,7 @@ def _attention_decode_kernel(
     stride_ob, stride_oh, stride_os,
     stride_mb, stride_mh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    DOT_F32: tl.constexpr, PAGED: tl.constexpr,
 ):
     i_b, i_h, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slots_ptr + i_b).to(tl.int64)
@@ -62,10 +62,19 @@ def _attention_decode_kernel(
     for off in range(start, end, BLOCK_N):
         o_n = off + tl.arange(0, BLOCK_N)
         m_n = o_n < end
-        b_blk = tl.load(table_ptr + slot * stride_tb + o_n // block_size, mask=m_n, other=0).to(tl.int64)  # [N]
-        o_row = (o_n % block_size).to(tl.int64)
-        p_k = k_ptr + b_blk[:, None] * stride_ks + o_row[:, None] * stride_kl + i_h * stride_kh + o_d[None, :]
-        p_v = v_ptr + b_blk[:, None] * stride_vs + o_row[:, None] * stride_vl + i_h * stride_vh + o_d[None, :]
+        if PAGED == 2:  # the tile lies in one block (BLOCK_N divides block_size; tiles start at multiples of BLOCK_N)
+            b_blk = tl.load(table_ptr + slot * stride_tb + off // block_size).to(tl.int64)
+            o_row = (off % block_size + tl.arange(0, BLOCK_N)).to(tl.int64)
+            p_k = k_ptr + b_blk * stride_ks + o_row[:, None] * stride_kl + i_h * stride_kh + o_d[None, :]
+            p_v = v_ptr + b_blk * stride_vs + o_row[:, None] * stride_vl + i_h * stride_vh + o_d[None, :]
+        elif PAGED == 1:  # a block per key
+            b_blks = tl.load(table_ptr + slot * stride_tb + o_n // block_size, mask=m_n, other=0).to(tl.int64)  # [N]
+            o_row = (o_n % block_size).to(tl.int64)
+            p_k = k_ptr + b_blks[:, None] * stride_ks + o_row[:, None] * stride_kl + i_h * stride_kh + o_d[None, :]
+            p_v = v_ptr + b_blks[:, None] * stride_vs + o_row[:, None] * stride_vl + i_h * stride_vh + o_d[None, :]
+        else:  # static: slot s is block s
+            p_k = k_ptr + slot * stride_ks + o_n[:, None].to(tl.int64) * stride_kl + i_h * stride_kh + o_d[None, :]
+            p_v = v_ptr + slot * stride_vs + o_n[:, None].to(tl.int64) * stride_vl + i_h * stride_vh + o_d[None, :]
         b_k = tl.load(p_k, mask=m_n[:, None], other=0.0)  # [N, D]
         b_v = tl.load(p_v, mask=m_n[:, None], other=0.0)
         if DOT_F32:
@@ -154,9 +163,11 @@ def attention_decode(
     if gate is not None and (tuple(gate.shape) != (b, hq, d) or gate.stride(-1) != 1):
         raise ValueError(f"attention_decode: gate {tuple(gate.shape)} must be [B, HQ, D] = {(b, hq, d)} with a contiguous last dim")
     check_table("attention_decode", k_cache, block_table)
+    # PAGED: 0 static (the table unused), 2 one block per key tile (block_n divides the block size), 1 a block per key
+    paged = 0 if block_table is None else 2 if block_size % block_n == 0 else 1
+    cache_len = block_size if block_table is None else block_table.shape[1] * block_size
     if block_table is None:
-        block_table = torch.arange(s, dtype=torch.int32, device=q.device)[:, None]
-    cache_len = block_table.shape[1] * block_size
+        block_table = lens  # not read
     group = hq // hkv
     split_len = triton.cdiv(triton.cdiv(cache_len, splits), block_n) * block_n
     splits = triton.cdiv(cache_len, split_len)
@@ -170,7 +181,7 @@ def attention_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         m.stride(0), m.stride(1),
-        DOT_F32=_INTERPRET,
+        DOT_F32=_INTERPRET, PAGED=paged,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, BLOCK_N=block_n, SPLIT_LEN=split_len,
         num_warps=num_warps,
     )

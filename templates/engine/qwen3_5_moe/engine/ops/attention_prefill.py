@@ -11,8 +11,8 @@ base 2 over BLOCK_N-key tiles read straight from the cache (no gather): the tile
 the block's first query unmasked, the rest with the causal mask. cu_seqlens, positions and
 slots are read on the device (no host sync; ``_varlen.locate_block``).
 Paged cache: keys are read through ``block_table`` (position p of slot s = row ``p % BS`` of block
-``block_table[s, p // BS]``, ``kernels.paged``); no table = the static layout [S, L, HKV, D], run as
-the table ``[[0], [1], ...]`` with BS = L.
+``block_table[s, p // BS]``, ``kernels.paged``); no table = the static layout [S, L, HKV, D], slot s its
+row s (the kernel compiled without the table: ``PAGED`` 0).
 Reference: ``attention_prefill_ref`` (SDPA per sequence with an explicit causal mask).
 """
 
@@ -68,13 +68,20 @@ def attention_prefill_ref(
 # ---------------------------------------------------------------- kernel
 @triton.jit
 def _tile(q, kc_ptr, vc_ptr, tb_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i, stride_ks, stride_kl, bs,
-          qk_scale, CAUSAL: tl.constexpr):
-    """One BLOCK_N tile of keys j0.. : online-softmax update of (acc, m_i, l_i); key j sits at row j % bs
-    of block ``tb_ptr[j // bs]`` (the slot's block-table row)."""
+          qk_scale, CAUSAL: tl.constexpr, PAGED: tl.constexpr):
+    """One BLOCK_N tile of keys j0.. : online-softmax update of (acc, m_i, l_i). PAGED 0: ``kv_base`` is the
+    slot's row; 1: key j at row j % bs of block ``tb_ptr[j // bs]`` (the slot's block-table row); 2: the
+    same with the whole tile in one block (BLOCK_N divides bs, j0 a multiple of BLOCK_N)."""
     j = j0 + o_n
     m_j = j < hi
-    blk = tl.load(tb_ptr + j // bs, mask=m_j, other=0).to(tl.int64)
-    p_kv = kv_base + blk[:, None] * stride_ks + (j % bs)[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    if PAGED == 2:
+        blk = tl.load(tb_ptr + j0 // bs).to(tl.int64)
+        p_kv = kv_base + blk * stride_ks + (j0 % bs + o_n)[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    elif PAGED == 1:
+        blk = tl.load(tb_ptr + j // bs, mask=m_j, other=0).to(tl.int64)
+        p_kv = kv_base + blk[:, None] * stride_ks + (j % bs)[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    else:
+        p_kv = kv_base + j[:, None].to(tl.int64) * stride_kl + o_d[None, :]
     b_k = tl.load(kc_ptr + p_kv, mask=m_j[:, None] & m_d[None, :], other=0.0)
     if INTERPRET:  # the interpreter multiplies bf16 tiles as raw uint16: upcast there
         s = tl.dot(q.to(tl.float32), tl.trans(b_k.to(tl.float32)), input_precision="ieee")
@@ -103,6 +110,7 @@ def _attn_prefill_kernel(
     N, HD, stride_qt, stride_qh, stride_ks, stride_kl, stride_kh, stride_tb, stride_gt, stride_gh, stride_ot, stride_oh,
     qk_scale, bs,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SEQ: tl.constexpr,
+    PAGED: tl.constexpr,
 ):
     i_b = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
@@ -122,17 +130,20 @@ def _attn_prefill_kernel(
     hi = tl.where(live, start + tl.minimum(m0 + BLOCK_M, eos) - bos, 0)  # keys [0, hi) are read
     lo_full = tl.minimum((first + 1) // BLOCK_N * BLOCK_N, hi)  # tiles before lo_full need no mask
     q = tl.load(q_ptr + r[:, None] * stride_qt + i_h * stride_qh + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)
-    kv_base = (i_h // GROUP) * stride_kh
+    if PAGED:
+        kv_base = (i_h // GROUP) * stride_kh
+    else:
+        kv_base = i_s * stride_ks + (i_h // GROUP) * stride_kh
     tb_row = tb_ptr + i_s * stride_tb
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for j0 in range(0, lo_full, BLOCK_N):
         acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, tb_row, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
-                              stride_ks, stride_kl, bs, qk_scale, False)
+                              stride_ks, stride_kl, bs, qk_scale, False, PAGED)
     for j0 in range(lo_full, hi, BLOCK_N):
         acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, tb_row, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
-                              stride_ks, stride_kl, bs, qk_scale, True)
+                              stride_ks, stride_kl, bs, qk_scale, True, PAGED)
     out = round_bf16(acc / tl.where(l_i > 0, l_i, 1.0)[:, None])
     b_g = tl.load(g_ptr + r[:, None] * stride_gt + i_h * stride_gh + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)
     out = round_bf16(out * round_bf16(tl.sigmoid(b_g.to(tl.float32))))
@@ -161,15 +172,17 @@ def attention_prefill_triton(
     n_seq = slots.shape[0]
     if t_count == 0 or n_seq == 0:
         return o
+    # PAGED: 0 static (the table unused), 2 one block per key tile (block_n divides the block size), 1 a block per key
+    paged = 0 if block_table is None else 2 if k_cache.shape[1] % block_n == 0 else 1
     if block_table is None:
-        block_table = torch.arange(k_cache.shape[0], dtype=torch.int32, device=q.device)[:, None]
+        block_table = cu_seqlens  # not read
     grid = (max_blocks(t_count, n_seq, block_m), hq)
     _attn_prefill_kernel[grid](
         q, k_cache, v_cache, gate, cu_seqlens, positions, slots, block_table, o,
         n_seq, hd, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0),
         gate.stride(0), gate.stride(1), o.stride(0), o.stride(1), scale * LOG2E, k_cache.shape[1],
         GROUP=hq // hkv, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(hd),
-        BLOCK_SEQ=block_n_seq(n_seq), num_warps=num_warps, num_stages=num_stages,
+        BLOCK_SEQ=block_n_seq(n_seq), PAGED=paged, num_warps=num_warps, num_stages=num_stages,
     )
     return o
 
