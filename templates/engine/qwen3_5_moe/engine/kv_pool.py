@@ -3,8 +3,9 @@
 Layout (both modes): ``k[j]``, ``v[j]`` bf16 [num_blocks, block_size, nkv, hd] for the j-th
 full-attention layer, and ``block_table`` int32 [max_batch + 1, max_blocks_per_seq] on the device:
 position p of slot s lives at row ``p % block_size`` of block ``block_table[s, p // block_size]``.
-Every reader and writer of the cache goes through the table (``kernels.paged`` for the torch
-paths, the table pointer in the Triton kernels).
+When paged, every reader and writer of the cache goes through the table (``kernels.paged`` for the
+torch paths, the table pointer in the Triton kernels, ``locate`` for the writer); when static the
+readers are given no table and index block = slot (the table there is the identity, for reference).
 
 - static (``kv_block_size`` 0): one block of ``max_seq_len`` rows per slot, ``block_table[s, 0] = s``
   (the old per-slot layout [max_batch + 1, max_seq_len, nkv, hd], same memory, same reads);
