@@ -54,6 +54,7 @@ def _run_pieces(eng, sub, fn, x: torch.Tensor, pieces: list[int]) -> torch.Tenso
     outs, at = [], 0
     try:
         for i, n in enumerate(pieces):
+            eng.cache.reserve([(slot[0], at + n)])  # KV blocks (paged cache) before the layer writes them
             b = sub["batch"].make_batch([[0] * n], slot, [at], eng.device, decode=(n == 1 and i > 0))
             outs.append(fn(x[at : at + n], b))
             at += n

@@ -112,8 +112,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- full attention ----------------------------------------------------------------------
     Mutant("attn_gate_constant", "attention output gate sigmoid(gate) replaced by the constant 0.5", "shared", (
         Edit(ATT, "o = (o * torch.sigmoid(gate)).reshape(t, nq * hd)", "o = (o * 0.5).reshape(t, nq * hd)"),
-        Edit(ATT, "o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate)",
-             "o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, torch.zeros_like(gate))"),
+        Edit(ATT, "o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate, table)",
+             "o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, torch.zeros_like(gate), table)"),
         Edit(OPS_ATT, "return o * torch.sigmoid(gate)", "return o * 0.5"),
         Edit(OPS_ATT, "out = round_bf16(out * round_bf16(tl.sigmoid(b_g.to(tl.float32))))", "out = round_bf16(out * 0.5)"),
     )),

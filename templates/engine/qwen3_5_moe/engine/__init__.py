@@ -41,9 +41,16 @@ def _device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def load(checkpoint: str | Path, device: str | torch.device = "cuda", *, max_batch: int = 64, max_seq_len: int = 4096) -> Engine:
+def load(
+    checkpoint: str | Path, device: str | torch.device = "cuda", *, max_batch: int = 64, max_seq_len: int = 4096,
+    kv_block_size: int | None = None, kv_num_blocks: int | None = None,
+) -> Engine:
     """Load a checkpoint folder onto ``device`` and allocate state for ``max_batch`` sequences
     of up to ``max_seq_len`` tokens each.
+
+    ``kv_block_size``: None = the tunable ``kv_block_size`` (0 = static per-slot KV, N = paged KV in
+    N-token blocks); ``kv_num_blocks``: the paged pool's size in blocks (None = from free memory on
+    CUDA, enough for max_batch x max_seq_len elsewhere).
 
     Raises:
         ValueError: unavailable or unsupported device; max_batch/max_seq_len < 1 or
@@ -63,4 +70,5 @@ def load(checkpoint: str | Path, device: str | torch.device = "cuda", *, max_bat
         raise ValueError(f"max_seq_len={max_seq_len} exceeds the model's max_position_embeddings={DIMS.max_position_embeddings}")
     tunables = load_tunables()
     weights = load_weights(CheckpointReader(checkpoint), dev)
-    return Engine(weights, DIMS, tunables, dev, CacheConfig(max_batch, max_seq_len))
+    block = tunables.kv_block_size if kv_block_size is None else kv_block_size
+    return Engine(weights, DIMS, tunables, dev, CacheConfig(max_batch, max_seq_len, block, kv_num_blocks))

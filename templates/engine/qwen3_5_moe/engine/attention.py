@@ -1,4 +1,5 @@
-"""Gated full attention (HF ``Qwen3_5MoeAttention``) over packed sequences with a slot KV cache.
+"""Gated full attention (HF ``Qwen3_5MoeAttention``) over packed sequences with a slot KV cache
+(static per-slot blocks or a paged block pool, read and written through ``cache.block_table``).
 
 Per token: ``q_proj`` gives per head [q | gate] (head_dim each); q and k get the zero-centred
 RMSNorm over head_dim, then RoPE on their first ``rotary_dim`` dims (rotate-half, theta from
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernels
+from .kernels.paged import gather_kv, gather_kv_batch
 from .batch import Batch
 from .cache import StateCache
 from .linear import linear
@@ -49,7 +51,9 @@ def attention_forward(
     decode_splits: int = 0,
     prefill_ops: int = 0,
 ) -> torch.Tensor:
-    """One attention mixer over the packed tokens; appends their K/V to the slots' cache.
+    """One attention mixer over the packed tokens; appends their K/V to the slots' cache. With a paged
+    cache each slot must already own KV blocks for its ``start + len`` positions (``StateCache.reserve``;
+    ``Engine`` does it before every forward, outside any CUDA graph).
 
     Args:
         x: bf16 [T, H], the input-normed hidden states.
@@ -66,27 +70,29 @@ def attention_forward(
     qkv = linear(x, w.qkv_proj)  # [T, nq*2*hd + 2*nkv*hd]
     gate = qkv[:, : nq * 2 * hd].view(t, nq, 2 * hd)[..., hd:]  # [T, nq, hd], strided
     j = cache.layer_index[layer]
-    kc, vc = cache.k[j], cache.v[j]  # [S, L, nkv, hd]
-    # q, k normed and roped; k and v written into the cache at (slot, position)
-    q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, batch.token_slots, batch.positions,
+    kc, vc = cache.k[j], cache.v[j]  # [NB, BS, nkv, hd]
+    table = cache.block_table if cache.kv.paged else None  # int32 [S, max_blocks]; None: static, slot s = block s
+    kv_blocks, kv_rows = cache.kv.locate(batch.token_slots, batch.positions)  # static: (slots, positions)
+    # q, k normed and roped; k and v written into the cache at (block, row) of (slot, position)
+    q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, kv_blocks, kv_rows,
                                    nq, nkv, dims.rms_norm_eps)  # [T, nq, hd]
     scale = hd**-0.5
     if batch.decode and decode_splits:
-        o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate)  # gated inside
+        o = _decode_attention_splitk(q, kc, vc, batch, scale, decode_splits, gate, table)  # gated inside
         return linear(o.reshape(t, nq * hd), w.o_proj)
     if not batch.decode and prefill_ops:  # reads the cache in place; output already gated
-        o = attention_prefill.attention_prefill(q, kc, vc, gate, batch.cu_t, batch.positions, batch.slots_t, scale)
+        o = attention_prefill.attention_prefill(q, kc, vc, gate, batch.cu_t, batch.positions, batch.slots_t, scale, table)
         return linear(o.reshape(t, nq * hd), w.o_proj)
     if batch.decode:
-        o = _decode_attention_sdpa(q, kc, vc, batch, scale)
+        o = _decode_attention_sdpa(q, kc, vc, batch, scale, table)
     else:
         o = torch.empty(t, nq, hd, dtype=x.dtype, device=x.device)
         for i, (slot, start, n) in enumerate(zip(batch.slots, batch.starts, batch.lens)):
             a, b = batch.cu_seqlens[i], batch.cu_seqlens[i + 1]
             total = start + n
             qi = q[a:b].transpose(0, 1).unsqueeze(0)  # [1, nq, n, hd]
-            ki = kc[slot, :total].transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
-            vi = vc[slot, :total].transpose(0, 1).unsqueeze(0)
+            ki = gather_kv(kc, table, slot, total).transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
+            vi = gather_kv(vc, table, slot, total).transpose(0, 1).unsqueeze(0)
             # query r sits at position start + r and sees keys 0..start + r
             mask = torch.arange(total, device=x.device)[None, :] <= (start + torch.arange(n, device=x.device))[:, None]
             oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=nq != nkv)
@@ -96,24 +102,29 @@ def attention_forward(
 
 
 def _decode_attention_splitk(
-    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int, gate: torch.Tensor
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, splits: int, gate: torch.Tensor,
+    table: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Split-K kernel (reads the cache in place, no host sync): q, gate [B, nq, hd] -> ``attn * sigmoid(gate)``."""
+    """Split-K kernel (reads the cache in place through ``table``, no host sync): q, gate [B, nq, hd] ->
+    ``attn * sigmoid(gate)``."""
     from .kernels import attention_decode as ad  # imports triton; only when asked for
 
     lens = (batch.positions + 1).to(torch.int32)  # on device: no host sync, graph-safe
     if q.is_cuda:
-        return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits, gate=gate)
-    return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale, gate=gate)
+        return ad.attention_decode(q.contiguous(), kc, vc, batch.slots_t, lens, scale, splits=splits, gate=gate,
+                                   block_table=table)
+    return ad.attention_decode_ref(q, kc, vc, batch.slots_t, lens, scale, gate=gate, block_table=table)
 
 
-def _decode_attention_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
+def _decode_attention_sdpa(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, table: torch.Tensor | None
+) -> torch.Tensor:
     """SDPA over each sequence's gathered K/V up to the longest length (a host read of the lengths);
     q [B, nq, hd] -> [B, nq, hd]."""
     lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
     longest = max(batch.starts) + 1
-    ks = kc[batch.slots_t, :longest].transpose(1, 2)  # [B, nkv, longest, hd]
-    vs = vc[batch.slots_t, :longest].transpose(1, 2)
+    ks = gather_kv_batch(kc, table, batch.slots_t, longest).transpose(1, 2)  # [B, nkv, longest, hd]
+    vs = gather_kv_batch(vc, table, batch.slots_t, longest).transpose(1, 2)
     mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]  # [B, 1, 1, longest]
     o = F.scaled_dot_product_attention(
         q.unsqueeze(2), ks, vs, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != ks.shape[1]

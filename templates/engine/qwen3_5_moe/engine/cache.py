@@ -1,11 +1,11 @@
-"""Per-sequence state, in slots: KV cache of the full-attention layers, conv and recurrent
-state of the Gated DeltaNet layers, and the slot table.
+"""Per-sequence state, in slots: KV cache of the full-attention layers (``kv_pool.KVPool``: static
+per-slot blocks or a paged block pool), conv and recurrent state of the Gated DeltaNet layers, and
+the slot table.
 
-A slot is one live sequence. Its state is allocated once for ``max_batch`` slots at load
-(no paging: every slot can hold ``max_seq_len`` tokens), plus one scratch slot that is never
-handed out: padding rows of a CUDA-graph decode batch read and write it. Allocating a slot zeroes its GDN
-state (a reused slot must not leak its previous sequence); KV rows need no reset, as
-attention reads only the first ``length`` positions of a slot.
+A slot is one live sequence. Its GDN state is allocated once for ``max_batch`` slots at load,
+plus one scratch slot that is never handed out: padding rows of a CUDA-graph decode batch read
+and write it. Allocating a slot zeroes its GDN state (a reused slot must not leak its previous
+sequence); KV rows need no reset, as attention reads only the first ``length`` positions of a slot.
 """
 
 from __future__ import annotations
@@ -14,21 +14,28 @@ from dataclasses import dataclass
 
 import torch
 
+from .kv_pool import KVPool, PoolConfig
 from .target import ModelDims
 
 
 @dataclass
 class CacheConfig:
-    """Capacity of the state: ``max_batch`` slots of ``max_seq_len`` tokens each."""
+    """Capacity of the state: ``max_batch`` slots of ``max_seq_len`` tokens each; the KV cache in
+    blocks of ``kv_block_size`` tokens (0 = one static block of max_seq_len per slot) and, when
+    paged, ``kv_num_blocks`` blocks in the pool (None = enough for every slot at max_seq_len)."""
 
     max_batch: int
     max_seq_len: int
+    kv_block_size: int = 0
+    kv_num_blocks: int | None = None
 
 
 class StateCache:
     """The tensors (all allocated at construction on ``device``):
 
-    - ``k[j]``, ``v[j]``: bf16 [max_batch + 1, max_seq_len, nkv, hd] for the j-th full-attention layer;
+    - ``k[j]``, ``v[j]``: bf16 [num_blocks, block_size, nkv, hd] for the j-th full-attention layer, read
+      and written through ``block_table`` int32 [max_batch + 1, max_blocks_per_seq] (``kv_pool.KVPool``;
+      static mode: [max_batch + 1, max_seq_len, nkv, hd] with ``block_table[s, 0] = s``);
     - ``conv[j]``: bf16 [max_batch + 1, conv_dim, W-1], the last W-1 conv inputs (oldest first) of
       the j-th GDN layer;
     - ``ssm[j]``: fp32 [max_batch + 1, nv, dk, dv], the gated-delta-rule state of the j-th GDN layer;
@@ -45,10 +52,10 @@ class StateCache:
         self.device = device
         b, s = cfg.max_batch + 1, cfg.max_seq_len
         self.scratch_slot = cfg.max_batch
-        kv_shape = (b, s, dims.num_key_value_heads, dims.head_dim)
         full, lin = dims.full_attention_layers, dims.linear_attention_layers
-        self.k = [torch.zeros(kv_shape, dtype=torch.bfloat16, device=device) for _ in full]
-        self.v = [torch.zeros(kv_shape, dtype=torch.bfloat16, device=device) for _ in full]
+        self.kv = KVPool(PoolConfig(b, s, cfg.kv_block_size, cfg.kv_num_blocks), len(full),
+                         dims.num_key_value_heads, dims.head_dim, device)
+        self.k, self.v, self.block_table = self.kv.k, self.kv.v, self.kv.block_table
         conv_shape = (b, dims.conv_dim, dims.linear_conv_kernel_dim - 1)
         ssm_shape = (b, dims.linear_num_value_heads, dims.linear_key_head_dim, dims.linear_value_head_dim)
         self.conv = [torch.zeros(conv_shape, dtype=torch.bfloat16, device=device) for _ in lin]
@@ -84,6 +91,21 @@ class StateCache:
             self._live.add(s)
         return slots
 
+    @staticmethod
+    def gdn_bytes(dims: ModelDims, max_batch: int) -> int:
+        """Bytes of the GDN conv (bf16) and ssm (fp32) state of ``max_batch`` + 1 slots."""
+        conv = dims.conv_dim * (dims.linear_conv_kernel_dim - 1) * 2
+        ssm = dims.linear_num_value_heads * dims.linear_key_head_dim * dims.linear_value_head_dim * 4
+        return (max_batch + 1) * len(dims.linear_attention_layers) * (conv + ssm)
+
+    def reserve(self, needs: list[tuple[int, int]]) -> None:
+        """Give each (slot, tokens) KV blocks for ``tokens`` positions (``KVPool.reserve``; a no-op when static).
+
+        Raises:
+            ValueError: the block pool cannot hold them (nothing is taken then).
+        """
+        self.kv.reserve(needs)
+
     def is_live(self, slot: int) -> bool:
         """True if ``slot`` holds a sequence."""
         return slot in self._live
@@ -101,12 +123,13 @@ class StateCache:
             raise ValueError(f"slots {slots} repeat; each sequence appears once per call")
 
     def release(self, slots: list[int]) -> None:
-        """Free live slots for reuse.
+        """Free live slots (and their KV blocks) for reuse.
 
         Raises:
             ValueError: a slot is not live or repeats (see ``check_live``).
         """
         self.check_live(slots)
+        self.kv.release(slots)
         for s in slots:
             self._live.discard(s)
             self.lengths[s] = 0

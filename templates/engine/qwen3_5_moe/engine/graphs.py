@@ -3,7 +3,8 @@
 At batch 1 a decode step is ~30 small kernels per layer; launched eagerly from Python that is
 latency, not bandwidth. Each captured size B has static inputs (tokens, positions, slots [B]);
 a step with n ≤ B live sequences copies its inputs into the first n rows, points the padding
-rows at the cache's scratch slot, sets the static ``n_valid`` to n, replays, and reads the first
+rows at the cache's scratch slot (whose block-table row points at the scratch block when the KV
+is paged; the table itself is written in place between steps, so the graphs stay valid), sets the static ``n_valid`` to n, replays, and reads the first
 n rows of the static logits. The MoE path of a size is fixed when it is captured, by the padded
 size B (``moe.moe_path``: ``ops.moe_fused`` from ``moe_ops_min_tokens`` on, whose padding rows
 route to no expert, so a batch of 17 in the 24 graph reads 17 tokens' experts; below it

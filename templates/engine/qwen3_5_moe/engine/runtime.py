@@ -8,13 +8,14 @@ for the benchmarks; ``metainfer serve`` drives the same scheduler step by step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .batch import make_batch
 from .cache import CacheConfig, StateCache
 from .graphs import DecodeGraphs, graph_sizes
+from .kv_pool import pool_blocks_that_fit
 from .model import ForwardOut, Model
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -47,6 +48,9 @@ class Engine:
         device: where weights and state live.
         tunables: the values read from ``tunables.json`` at load.
         max_batch, max_seq_len: state capacity (slots, tokens per slot).
+        cache: the ``StateCache``; ``cache.kv`` its KV pool (paged when ``cache_cfg.kv_block_size`` > 0:
+            on CUDA without ``kv_num_blocks``, sized from the free memory after the weights, keeping
+            ``tunables.kv_pool_headroom_pct`` % of it free).
     """
 
     def __init__(self, weights: Weights, dims: ModelDims, tunables: Tunables, device: torch.device, cache_cfg: CacheConfig):
@@ -56,6 +60,12 @@ class Engine:
         self.max_batch = cache_cfg.max_batch
         self.max_seq_len = cache_cfg.max_seq_len
         self.model = Model(weights, dims, tunables, device)
+        if cache_cfg.kv_block_size and cache_cfg.kv_num_blocks is None and device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            n = pool_blocks_that_fit(free, tunables.kv_pool_headroom_pct, StateCache.gdn_bytes(dims, cache_cfg.max_batch),
+                                     len(dims.full_attention_layers), cache_cfg.kv_block_size, dims.num_key_value_heads,
+                                     dims.head_dim)
+            cache_cfg = replace(cache_cfg, kv_num_blocks=n)
         self.cache = StateCache(dims, cache_cfg, device)
         self.graphs = None
         if tunables.cuda_graph_max_batch:
@@ -73,6 +83,18 @@ class Engine:
             bad = [t for t in s if not isinstance(t, int) or not 0 <= t < v]
             if bad:
                 raise ValueError(f"{what}: prompt {i} has token ids outside [0, {v}): {bad[:5]}")
+
+    def _check_blocks(self, new: list[int], live: list[tuple[int, int]], what: str) -> None:
+        """Raise ValueError unless the KV pool can give ``new`` sequences (their token counts) and the
+        ``live`` (slot, tokens) their blocks at once (always fine when the cache is static)."""
+        kv = self.cache.kv
+        need = sum(kv.blocks_new(n) for n in new) + sum(kv.blocks_short(s, n) for s, n in live)
+        if need > kv.free_blocks:
+            raise ValueError(
+                f"{what}: the KV block pool is full: {need} blocks of {kv.block_size} tokens needed, {kv.free_blocks} of "
+                f"{kv.capacity_blocks} free; release finished sequences (Engine.release), or load with more free memory "
+                "(a lower kv_pool_headroom_pct) or a smaller max_batch"
+            )
 
     def _check_room(self, lengths: list[int], what: str) -> None:
         for i, n in enumerate(lengths):
@@ -95,8 +117,9 @@ class Engine:
             ``PrefillResult``.
         Raises:
             ValueError: empty prompt or bad token ids, a sequence longer than max_seq_len,
-                more new sequences than free slots, an unknown/released/repeated slot, or
-                ``len(slots) != len(prompts)``. Nothing is changed when it raises.
+                more new sequences than free slots, more KV blocks than the pool has free, an
+                unknown/released/repeated slot, or ``len(slots) != len(prompts)``. Nothing is
+                changed when it raises.
         """
         self._check_tokens(prompts, "prefill")
         if slots is None:
@@ -106,6 +129,7 @@ class Engine:
                     f"prefill: {len(prompts)} new sequences but only {self.cache.free_slots} of {self.max_batch} slots are free; "
                     "release finished sequences (Engine.release) or load with a larger max_batch"
                 )
+            self._check_blocks([len(p) for p in prompts], [], "prefill")
             slots = self.cache.allocate(len(prompts))
         else:
             slots = list(slots)
@@ -113,6 +137,7 @@ class Engine:
                 raise ValueError(f"prefill: {len(prompts)} prompts but {len(slots)} slots; give one slot per prompt")
             self.cache.check_live(slots)
             self._check_room([self.cache.lengths[s] + len(p) for s, p in zip(slots, prompts)], "prefill")
+            self._check_blocks([], [(s, self.cache.lengths[s] + len(p)) for s, p in zip(slots, prompts)], "prefill")
         out = self._run(prompts, slots, decode=False, last_only=False, return_hidden=return_hidden)
         cu = [0]
         for p in prompts:
@@ -126,7 +151,8 @@ class Engine:
 
         Raises:
             ValueError: unknown/released/repeated slot, ``len(tokens) != len(slots)``, a bad
-                token id, or a sequence already at max_seq_len. Nothing is changed when it raises.
+                token id, a sequence already at max_seq_len, or no free KV block for a sequence
+                that needs a new one. Nothing is changed when it raises.
         """
         slots = list(slots)
         if not slots or len(tokens) != len(slots):
@@ -134,6 +160,7 @@ class Engine:
         self.cache.check_live(slots)
         self._check_tokens([[t] for t in tokens], "decode")
         self._check_room([self.cache.lengths[s] + 1 for s in slots], "decode")
+        self._check_blocks([], [(s, self.cache.lengths[s] + 1) for s in slots], "decode")
         return self._run([[t] for t in tokens], slots, decode=True, last_only=True, return_hidden=False).logits
 
     def release(self, slots: list[int]) -> None:
@@ -146,6 +173,7 @@ class Engine:
 
     def _run(self, seqs: list[list[int]], slots: list[int], *, decode: bool, last_only: bool, return_hidden: bool):
         starts = [self.cache.lengths[s] for s in slots]
+        self.cache.reserve([(s, st + len(q)) for s, st, q in zip(slots, starts, seqs)])  # KV blocks, before the forward
         if decode and self.graphs is not None and self.graphs.covers(len(slots)):
             logits = self.graphs.run([s[0] for s in seqs], starts, slots)
             for s in slots:

@@ -52,17 +52,27 @@ class Scheduler:
 
     # ---- requests -----------------------------------------------------------------------
     def add_request(self, request_id: Hashable, prompt: list[int], params: SamplingParams) -> None:
-        """Queue a request; it is admitted by a later ``step`` when a slot is free.
+        """Queue a request; it is admitted by a later ``step`` when a slot is free and the KV pool
+        has blocks for its whole ``len(prompt) + max_tokens - 1`` tokens (taken at admission, so a
+        running sequence never runs out of blocks).
 
         Raises:
             ValueError: ``request_id`` is already live; an empty prompt or ids outside [0, V);
-                ``len(prompt) + max_tokens - 1`` above the engine's max_seq_len. Nothing is queued then.
+                ``len(prompt) + max_tokens - 1`` above the engine's max_seq_len, or more KV blocks
+                than the whole pool holds. Nothing is queued then.
         """
         eng = self.engine
         if request_id in self._live:
             raise ValueError(f"request {request_id!r} is already live; use a new request id")
         eng._check_tokens([prompt], "add_request")
         eng._check_room([len(prompt) + params.max_tokens - 1], "add_request")
+        kv = eng.cache.kv
+        if kv.blocks_new(len(prompt) + params.max_tokens - 1) > kv.capacity_blocks:
+            raise ValueError(
+                f"add_request: prompt + max_tokens need {kv.blocks_new(len(prompt) + params.max_tokens - 1)} KV blocks of "
+                f"{kv.block_size} tokens, more than the whole pool ({kv.capacity_blocks}); shorten the request or load "
+                "the engine with more free memory (a lower kv_pool_headroom_pct)"
+            )
         stop = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop.add(eng.dims.eos_token_id)
@@ -127,10 +137,15 @@ class Scheduler:
         return outs
 
     def _admit(self) -> None:
+        """Admit waiting requests in arrival order while a slot and the KV blocks of the next one are free."""
         cache = self.engine.cache
         while self.waiting and cache.free_slots:
+            total = len(self.waiting[0].prompt) + self.waiting[0].params.max_tokens - 1
+            if cache.kv.blocks_new(total) > cache.kv.free_blocks:
+                break  # first come, first served: later (shorter) requests wait behind it
             seq = self.waiting.popleft()
             seq.slot = cache.allocate(1)[0]
+            cache.reserve([(seq.slot, total)])
             seq.status = Status.PREFILLING
             self.prefilling.append(seq)
 

@@ -43,6 +43,9 @@ ZERO_OK = {"gdn_recurrent_prefill_max_tokens", "attention_decode_splits", "cuda_
 #: The prefill ops switches (1 = engine/ops/<op>.py, 0 = the torch / serial path before them).
 ZERO_OK |= {"gdn_prefill_ops", "attention_prefill_ops", "conv1d_prefill_ops"}
 
+#: The KV cache layout switch (0 = static per-slot blocks) and the pool's headroom (0 % is allowed).
+ZERO_OK |= {"kv_block_size", "kv_pool_headroom_pct"}
+
 @dataclass(frozen=True)
 class Tunables:
     """Values the runtime and the ops read.
@@ -86,6 +89,18 @@ class Tunables:
             default. Above 1 the checkpoint-layout experts stay loaded beside the packed ones: about
             455 MB per layer, ~18 GB (17 GiB) more at full size on the 141 GB GPU; 1 = the new op at
             every T and the checkpoint layout freed at load.
+        kv_block_size: 0 = static KV cache, one block of max_seq_len tokens per slot (memory
+            max_batch x max_seq_len whatever the requests' lengths); N (a power of two) = paged KV
+            (``kv_pool.KVPool``): a pool of N-token blocks shared by all sequences through a block
+            table, blocks taken as a sequence grows and returned on release; the scheduler admits a
+            request only when its prompt + max_tokens fit in the free blocks. Rendered 16 on CPU (CI
+            runs the paged path: 16 divides none of the odd test lengths, and a 64-key attention
+            tile spans 4 blocks) and 0 on GPUs: the paged kernels are not yet validated on the H200
+            (``scripts/h200/paged_kv_check.sh`` is the check to run before flipping it).
+        kv_pool_headroom_pct: with paged KV on CUDA, the pool takes the free device memory after
+            the weights (``torch.cuda.mem_get_info``) less the GDN state, keeping this % of it free
+            for activations, CUDA graphs and the allocator. Unused on CPU (the pool holds max_batch
+            x max_seq_len there) and with ``kv_block_size`` 0.
         moe_ops_s_max_t / moe_ops_m_max_t: T bounds of its small and middle launch buckets;
             ``moe_ops_{s,m,l}_{block_m,block_n,down_block_n,split_k,num_warps,num_stages}``: each bucket's launch
             configuration (``ops.moe_fused.MoeBucket``); None = the op's defaults.
@@ -137,6 +152,8 @@ class Tunables:
     moe_ops_l_split_k: int | None = None
     moe_ops_l_num_warps: int | None = None
     moe_ops_l_num_stages: int | None = None
+    kv_block_size: int = 0
+    kv_pool_headroom_pct: int = 10
 
     def launch_keywords(self) -> dict[str, dict[str, int]]:
         """``{"linear": {...}, "moe": {...}, "moe_ops": {...}}``: the launch keywords that are set (not None) per op group."""

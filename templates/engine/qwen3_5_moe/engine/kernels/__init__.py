@@ -167,8 +167,9 @@ def qk_norm_rope_cache(
     Args:
         qkv: bf16 [T, nq*2*hd + 2*nkv*hd], the fused projection (per q head [q | gate], then k, v).
         q_w, k_w: [hd] norm weights; cos, sin: fp32 [T, rotary_dim] of the tokens' positions.
-        k_cache, v_cache: bf16 [S, L, nkv, hd], contiguous; row ``[token_slots[t], positions[t]]`` written.
-        token_slots, positions: int [T].
+        k_cache, v_cache: bf16 [NB, BS, nkv, hd], contiguous; row ``[token_slots[t], positions[t]]`` written.
+        token_slots, positions: int [T]: (slot, position) for the static layout [S, L, nkv, hd]; for a paged
+            pool the (block, row in block) of each token through the block table (``kv_pool.KVPool.locate``).
     Returns: q bf16 [T, nq, hd] (normed, roped). Launch keywords: ``num_warps``.
     Raises: ValueError on shape/dtype mismatch.
     """

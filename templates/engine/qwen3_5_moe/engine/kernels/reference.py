@@ -98,7 +98,8 @@ def qk_norm_rope_cache_ref(
 
     qkv: bf16 [T, nq*2*hd + 2*nkv*hd] (per q head [q | gate], then k, then v); q_w, k_w: [hd]
     (zero-centred norm weights); cos, sin: fp32 [T, d] (``Rope.cos_sin``, d = rotary_dim);
-    k_cache, v_cache: [S, L, nkv, hd], rows ``[token_slots[t], positions[t]]`` written.
+    k_cache, v_cache: [NB, BS, nkv, hd], rows ``[token_slots[t], positions[t]]`` written (slot, position
+    when static; a paged pool's (block, row in block) from ``kv_pool.KVPool.locate``).
     q and k: ``rmsnorm_ref`` per head (rounded), then rotate-half RoPE on the first d dims in
     fp32 (HF ``apply_rotary_pos_emb``), rounded; the rest of the head untouched.
     Returns q bf16 [T, nq, hd].

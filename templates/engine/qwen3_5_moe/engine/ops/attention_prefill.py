@@ -10,6 +10,9 @@ Kernel: one program per (block of BLOCK_M queries of one sequence, q head), onli
 base 2 over BLOCK_N-key tiles read straight from the cache (no gather): the tiles wholly before
 the block's first query unmasked, the rest with the causal mask. cu_seqlens, positions and
 slots are read on the device (no host sync; ``_varlen.locate_block``).
+Paged cache: keys are read through ``block_table`` (position p of slot s = row ``p % BS`` of block
+``block_table[s, p // BS]``, ``kernels.paged``); no table = the static layout [S, L, HKV, D], slot s its
+row s (the kernel compiled without the table: ``PAGED`` 0).
 Reference: ``attention_prefill_ref`` (SDPA per sequence with an explicit causal mask).
 """
 
@@ -19,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
+from ..kernels.paged import check_table, gather_kv
 from ._triton import HAVE_TRITON, require_triton, tl, triton
 from ._varlen import block_n, locate_block, max_blocks
 
@@ -39,9 +43,10 @@ __all__ = ["DEFAULTS", "attention_prefill", "attention_prefill_ref", "attention_
 def attention_prefill_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, gate: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    block_table: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Plain torch: SDPA per sequence over ``cache[slot, :start+len]`` with a boolean causal mask
-    (syncs to read cu_seqlens, positions, slots), then ``out * sigmoid(gate)`` in bf16."""
+    """Plain torch: SDPA per sequence over its first start+len cached positions (``kernels.paged.gather_kv``)
+    with a boolean causal mask (syncs to read cu_seqlens, positions, slots), then ``out * sigmoid(gate)`` in bf16."""
     t, nq, hd = q.shape
     o = torch.empty(t, nq, hd, dtype=q.dtype, device=q.device)
     cu = cu_seqlens.tolist()
@@ -52,8 +57,8 @@ def attention_prefill_ref(
         start, n = int(positions[a]), b - a
         total = start + n
         qi = q[a:b].transpose(0, 1).unsqueeze(0)  # [1, nq, n, hd]
-        ki = k_cache[slot, :total].transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
-        vi = v_cache[slot, :total].transpose(0, 1).unsqueeze(0)
+        ki = gather_kv(k_cache, block_table, slot, total).transpose(0, 1).unsqueeze(0)  # [1, nkv, total, hd]
+        vi = gather_kv(v_cache, block_table, slot, total).transpose(0, 1).unsqueeze(0)
         mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
         oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale, enable_gqa=nq != ki.shape[1])
         o[a:b] = oi[0].transpose(0, 1)
@@ -62,12 +67,21 @@ def attention_prefill_ref(
 
 # ---------------------------------------------------------------- kernel
 @triton.jit
-def _tile(q, kc_ptr, vc_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i, stride_kl,
-          qk_scale, CAUSAL: tl.constexpr):
-    """One BLOCK_N tile of keys j0.. : online-softmax update of (acc, m_i, l_i)."""
+def _tile(q, kc_ptr, vc_ptr, tb_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i, stride_ks, stride_kl, bs,
+          qk_scale, CAUSAL: tl.constexpr, PAGED: tl.constexpr):
+    """One BLOCK_N tile of keys j0.. : online-softmax update of (acc, m_i, l_i). PAGED 0: ``kv_base`` is the
+    slot's row; 1: key j at row j % bs of block ``tb_ptr[j // bs]`` (the slot's block-table row); 2: the
+    same with the whole tile in one block (BLOCK_N divides bs, j0 a multiple of BLOCK_N)."""
     j = j0 + o_n
     m_j = j < hi
-    p_kv = kv_base + j[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    if PAGED == 2:
+        blk = tl.load(tb_ptr + j0 // bs).to(tl.int64)
+        p_kv = kv_base + blk * stride_ks + (j0 % bs + o_n)[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    elif PAGED == 1:
+        blk = tl.load(tb_ptr + j // bs, mask=m_j, other=0).to(tl.int64)
+        p_kv = kv_base + blk[:, None] * stride_ks + (j % bs)[:, None].to(tl.int64) * stride_kl + o_d[None, :]
+    else:
+        p_kv = kv_base + j[:, None].to(tl.int64) * stride_kl + o_d[None, :]
     b_k = tl.load(kc_ptr + p_kv, mask=m_j[:, None] & m_d[None, :], other=0.0)
     if INTERPRET:  # the interpreter multiplies bf16 tiles as raw uint16: upcast there
         s = tl.dot(q.to(tl.float32), tl.trans(b_k.to(tl.float32)), input_precision="ieee")
@@ -92,10 +106,11 @@ def _tile(q, kc_ptr, vc_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_
 
 @triton.jit
 def _attn_prefill_kernel(
-    q_ptr, kc_ptr, vc_ptr, g_ptr, cu_ptr, pos_ptr, slot_ptr, o_ptr,
-    N, HD, stride_qt, stride_qh, stride_ks, stride_kl, stride_kh, stride_gt, stride_gh, stride_ot, stride_oh,
-    qk_scale,
+    q_ptr, kc_ptr, vc_ptr, g_ptr, cu_ptr, pos_ptr, slot_ptr, tb_ptr, o_ptr,
+    N, HD, stride_qt, stride_qh, stride_ks, stride_kl, stride_kh, stride_tb, stride_gt, stride_gh, stride_ot, stride_oh,
+    qk_scale, bs,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SEQ: tl.constexpr,
+    PAGED: tl.constexpr,
 ):
     i_b = tl.program_id(0)
     i_h = tl.program_id(1).to(tl.int64)
@@ -115,16 +130,20 @@ def _attn_prefill_kernel(
     hi = tl.where(live, start + tl.minimum(m0 + BLOCK_M, eos) - bos, 0)  # keys [0, hi) are read
     lo_full = tl.minimum((first + 1) // BLOCK_N * BLOCK_N, hi)  # tiles before lo_full need no mask
     q = tl.load(q_ptr + r[:, None] * stride_qt + i_h * stride_qh + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)
-    kv_base = i_s * stride_ks + (i_h // GROUP) * stride_kh
+    if PAGED:
+        kv_base = (i_h // GROUP) * stride_kh
+    else:
+        kv_base = i_s * stride_ks + (i_h // GROUP) * stride_kh
+    tb_row = tb_ptr + i_s * stride_tb
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for j0 in range(0, lo_full, BLOCK_N):
-        acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
-                              stride_kl, qk_scale, False)
+        acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, tb_row, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
+                              stride_ks, stride_kl, bs, qk_scale, False, PAGED)
     for j0 in range(lo_full, hi, BLOCK_N):
-        acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
-                              stride_kl, qk_scale, True)
+        acc, m_i, l_i = _tile(q, kc_ptr, vc_ptr, tb_row, kv_base, j0, o_n, o_d, m_d, hi, pos_r, acc, m_i, l_i,
+                              stride_ks, stride_kl, bs, qk_scale, True, PAGED)
     out = round_bf16(acc / tl.where(l_i > 0, l_i, 1.0)[:, None])
     b_g = tl.load(g_ptr + r[:, None] * stride_gt + i_h * stride_gh + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)
     out = round_bf16(out * round_bf16(tl.sigmoid(b_g.to(tl.float32))))
@@ -135,13 +154,14 @@ def _attn_prefill_kernel(
 # ---------------------------------------------------------------- launcher
 def attention_prefill_triton(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, gate: torch.Tensor,
-    cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float, *,
-    block_m: int | None = None, block_n: int = DEFAULTS["block_n"],
+    cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    block_table: torch.Tensor | None = None, *, block_m: int | None = None, block_n: int = DEFAULTS["block_n"],
     num_warps: int = DEFAULTS["num_warps"], num_stages: int = DEFAULTS["num_stages"],
 ) -> torch.Tensor:
     """One launch over (cdiv(T, block_m) + N, HQ) programs; returns gated bf16 [T, HQ, D].
 
     ``block_m`` None: ``DEFAULTS["block_m"]`` below ``LONG_T`` packed tokens, ``LONG_BLOCK_M`` from there.
+    ``block_table`` None: the static layout (run as the table ``[[0], [1], ...]``).
     """
     require_triton("attention_prefill")
     t_count, hq, hd = q.shape
@@ -152,13 +172,17 @@ def attention_prefill_triton(
     n_seq = slots.shape[0]
     if t_count == 0 or n_seq == 0:
         return o
+    # PAGED: 0 static (the table unused), 2 one block per key tile (block_n divides the block size), 1 a block per key
+    paged = 0 if block_table is None else 2 if k_cache.shape[1] % block_n == 0 else 1
+    if block_table is None:
+        block_table = cu_seqlens  # not read
     grid = (max_blocks(t_count, n_seq, block_m), hq)
     _attn_prefill_kernel[grid](
-        q, k_cache, v_cache, gate, cu_seqlens, positions, slots, o,
-        n_seq, hd, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        gate.stride(0), gate.stride(1), o.stride(0), o.stride(1), scale * LOG2E,
+        q, k_cache, v_cache, gate, cu_seqlens, positions, slots, block_table, o,
+        n_seq, hd, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0),
+        gate.stride(0), gate.stride(1), o.stride(0), o.stride(1), scale * LOG2E, k_cache.shape[1],
         GROUP=hq // hkv, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(hd),
-        BLOCK_SEQ=block_n_seq(n_seq), num_warps=num_warps, num_stages=num_stages,
+        BLOCK_SEQ=block_n_seq(n_seq), PAGED=paged, num_warps=num_warps, num_stages=num_stages,
     )
     return o
 
@@ -167,10 +191,11 @@ block_n_seq = block_n  # BLOCK_SEQ of ``locate_block`` (named apart from the key
 
 
 # ---------------------------------------------------------------- public op
-def _check(q, k_cache, v_cache, gate, cu_seqlens, positions, slots) -> None:
+def _check(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, block_table=None) -> None:
     op = "attention_prefill"
+    check_table(op, k_cache, block_table)
     if q.dim() != 3 or k_cache.dim() != 4:
-        raise ValueError(f"{op}: q must be [T, HQ, D] and k_cache [S, L, HKV, D]; got {tuple(q.shape)}, {tuple(k_cache.shape)}")
+        raise ValueError(f"{op}: q must be [T, HQ, D] and k_cache [NB, BS, HKV, D]; got {tuple(q.shape)}, {tuple(k_cache.shape)}")
     t, hq, hd = q.shape
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != hd or hq % k_cache.shape[2]:
         raise ValueError(f"{op}: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must match, with "
@@ -188,23 +213,25 @@ def _check(q, k_cache, v_cache, gate, cu_seqlens, positions, slots) -> None:
 
 def attention_prefill(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, gate: torch.Tensor,
-    cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float, **launch,
+    cu_seqlens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    block_table: torch.Tensor | None = None, **launch,
 ) -> torch.Tensor:
     """Causal GQA attention of packed queries over their slots' cached keys, times sigmoid(gate).
 
     Args:
-        q: bf16 [T, HQ, D] (normed, roped; last dim contiguous); k_cache, v_cache: bf16 [S, L, HKV, D]
-            contiguous, already holding this forward's K/V at rows ``positions``; gate: bf16 [T, HQ, D]
+        q: bf16 [T, HQ, D] (normed, roped; last dim contiguous); k_cache, v_cache: bf16 [NB, BS, HKV, D]
+            contiguous, already holding this forward's K/V at ``positions``; gate: bf16 [T, HQ, D]
             (a strided view of the q projection is fine); cu_seqlens: int [N+1]; positions: int [T]
             (token t's position; a sequence's first one is its cached length); slots: int [N];
-            scale: softmax scale (head_dim^-0.5).
+            scale: softmax scale (head_dim^-0.5); block_table: int32 [S, max_blocks] (``kv_pool.KVPool``)
+            or None for the static layout (the caches [S, L, HKV, D], slot s their row s).
     Returns: bf16 [T, HQ, D] = ``attn * sigmoid(gate)``.
     Launch keywords (Triton): ``block_m``, ``block_n``, ``num_warps``, ``num_stages`` (DEFAULTS).
     Backend: Triton when ``kernels`` picks it for "attention_prefill" (CUDA tensors by default),
     else ``attention_prefill_ref``.
     Raises: ValueError on shape/dtype/layout mismatch (naming the argument).
     """
-    _check(q, k_cache, v_cache, gate, cu_seqlens, positions, slots)
+    _check(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, block_table)
     if kernels._use_triton(q, "attention_prefill"):
-        return attention_prefill_triton(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, scale, **launch)
-    return attention_prefill_ref(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, scale)
+        return attention_prefill_triton(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, scale, block_table, **launch)
+    return attention_prefill_ref(q, k_cache, v_cache, gate, cu_seqlens, positions, slots, scale, block_table)
