@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -32,7 +34,9 @@ class LaunchArgs:
 
 
 def engine_dir(args: LaunchArgs) -> Path:
-    """``--engine``, else ``generated/<target>``, else the template rendered for the target into a temp folder.
+    """``--engine``, else the engine ``metainfer build`` made for the target (its worktree, at the last accepted
+    iteration), else ``generated/<target>``, else the template rendered for the target into a temporary folder
+    (removed when the process exits).
 
     Raises:
         MetainferError: unknown model/quant/gpu, or ``--engine`` is not a folder.
@@ -45,11 +49,23 @@ def engine_dir(args: LaunchArgs) -> Path:
         if not (args.engine / "engine" / "__init__.py").is_file():
             raise MetainferError(f"--engine {args.engine}: no engine/__init__.py there; pass a generated/<target> folder")
         return args.engine
+    from metainfer.build.config import find_repo_root, worktree_path
+
+    try:
+        built = worktree_path(find_repo_root(), target.name) / "generated" / target.name
+    except MetainferError:  # not inside a metainfer clone: no build to look for
+        built = None
+    if built is not None and (built / "engine" / "__init__.py").is_file():
+        print(f"serving the engine `metainfer build` made for {target.name}: {built}", file=sys.stderr)
+        return built
     default = Path("generated") / target.name
     if (default / "engine" / "__init__.py").is_file():
         return default
-    out = render_engine(target, Path(tempfile.mkdtemp(prefix="metainfer-serve-")))
-    print(f"no {default}; serving the template rendered for {target.name} at {out}", file=sys.stderr)
+    tmp = Path(tempfile.mkdtemp(prefix="metainfer-serve-"))
+    atexit.register(shutil.rmtree, tmp, True)  # Ctrl-C and normal exits alike leave nothing behind
+    out = render_engine(target, tmp)
+    print(f"no built engine and no {default}; serving the template rendered for {target.name} (not optimised) "
+          f"at {out}", file=sys.stderr)
     return out
 
 
