@@ -4,6 +4,7 @@ round-trips, and the chat template renders system/user/assistant/tool turns and 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,31 @@ def test_serve_refuses_a_checkpoint_without_tokenizer_unless_asked_to_add_it(tin
     state = build_state(args)
     assert (ckpt / "tokenizer.json").is_file() and state.text.stop_ids == (1000, 1002)
     assert state.text.tokenizer.decode(state.text.encode(TEXT)) == TEXT
+
+
+def test_serve_takes_the_engine_the_build_made_else_a_render_it_removes(tmp_path, monkeypatch):
+    """Without --engine: the build's worktree engine of the target when there is one; else the template rendered
+    into a temporary folder that is gone after the process exits."""
+    import subprocess
+    import sys
+
+    from metainfer.serve.launch import LaunchArgs, engine_dir
+
+    repo = tmp_path / "clone"
+    for d in ("harness", "templates", "metainfer"):
+        (repo / d).mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    name = "qwen3.6-35b-a3b-tiny-bf16-cpu"
+    built = repo / ".metainfer" / "worktrees" / name / "generated" / name
+    (built / "engine").mkdir(parents=True)
+    (built / "engine" / "__init__.py").write_text("")
+    monkeypatch.chdir(repo)
+    args = LaunchArgs("qwen3.6-35b-a3b-tiny", "bf16", "cpu", tmp_path, None, "127.0.0.1", 1, None, 2, 64, 4, None)
+    assert engine_dir(args).resolve() == built.resolve()
+    code = ("import sys, pathlib; from metainfer.serve.launch import LaunchArgs, engine_dir; "
+            "a = LaunchArgs('qwen3.6-35b-a3b-tiny', 'bf16', 'cpu', pathlib.Path('.'), None, '127.0.0.1', 1, None, 2, 64, 4, None); "
+            "print(engine_dir(a))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = Path(r.stdout.strip())
+    assert r.returncode == 0 and out.name == name and "not optimised" in r.stderr, r.stderr
+    assert not out.exists()  # the temporary render went with the process
