@@ -192,3 +192,13 @@ def test_noise_run_note_states_the_margin_and_warns_when_the_machine_was_unstead
     assert "must exceed 0.250" in off and "unsteady" in off
     assert "unsteady" in noise_run_note(gate(1.2, 0.77))  # a noise bar of 77 %: nothing steady was measured
     assert noise_run_note(None) is None and noise_run_note({"bench": {}}) is None
+
+
+def test_a_report_that_cannot_be_written_is_said_and_ends_nothing(tmp_path):
+    from metainfer.build.records import RunRecord
+    from metainfer.build.report import write_summary_safely
+
+    broken = RunRecord(tmp_path / "r-1", {"run_id": "r-1"})  # a run.json without its target: no page renders
+    said: list[str] = []
+    assert write_summary_safely(broken, said.append) is None
+    assert len(said) == 1 and "could not write the report: KeyError" in said[0] and "metainfer report r-1" in said[0]

@@ -25,7 +25,7 @@ from metainfer.build.decision import Decision
 from metainfer.build.iteration import Verdict, judge, read_tunables, write_iteration
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
-from metainfer.build.report import write_summary
+from metainfer.build.report import write_summary_safely
 from metainfer.build.resume import open_session, recover
 from metainfer.build.session import Session, render_into
 
@@ -71,10 +71,7 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
     finally:
         st["ended"] = utc_now()
         s.save()
-        try:
-            write_summary(s.record)
-        except Exception as err:  # a report that cannot be written never hides how the run ended
-            s.progress.line(None, f"could not write the report: {type(err).__name__}: {err}")
+        write_summary_safely(s.record, lambda text: s.progress.line(None, text))  # never hides how the run ended
         s.progress.line(None, f"{st['status']}: {st['stop_reason']}; record {s.record.path}")
     return s.record
 
@@ -139,7 +136,7 @@ def baseline(s: Session) -> bool:
     if not verdict.decision.accepted:
         st["status"], st["stop_reason"] = "failed", f"the baseline did not pass: {verdict.decision.reason}"
     s.save()
-    write_summary(s.record)
+    write_summary_safely(s.record, lambda text: s.progress.line(None, text))
     return verdict.decision.accepted
 
 
@@ -189,7 +186,7 @@ def iterate(s: Session, agent: Any, i: int) -> None:
     st["in_flight"] = None
     st["next_iteration"] = i + 1
     s.save()
-    write_summary(s.record)
+    write_summary_safely(s.record, lambda text: s.progress.line(None, text))
     if stop is not None:
         raise stop
 

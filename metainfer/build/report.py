@@ -123,3 +123,13 @@ def write_summary(record: RunRecord) -> Path:
 
     write_text(record.path / "summary.md", summary_markdown(record))
     return write_html_report(record)
+
+
+def write_summary_safely(record: RunRecord, say) -> Path | None:
+    """``write_summary``, but a report that cannot be written (a template edited under a running build, a full disk)
+    is reported through ``say(text)`` and never ends the run: the records it is made from are already on disk."""
+    try:
+        return write_summary(record)
+    except Exception as err:
+        say(f"could not write the report: {type(err).__name__}: {err}; `metainfer report {record.run_id}` writes it again")
+        return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from metainfer.build.decision import commit_message
 from metainfer.build.iteration import read_tunables, write_iteration
 from metainfer.build.records import utc_now
-from metainfer.build.report import write_summary
+from metainfer.build.report import write_summary_safely
 from metainfer.build.session import Session
 from metainfer.render import render_engine
 from metainfer.upgrade.gate import judge
@@ -57,5 +57,5 @@ def render_and_gate(s: Session) -> bool:
         st["status"], st["stop_reason"] = "failed", f"the upgraded engine's baseline did not pass: {verdict.decision.reason}"
         st["upgrade"]["phase"] = "baseline"
     s.save()
-    write_summary(s.record)
+    write_summary_safely(s.record, lambda text: s.progress.line(None, text))
     return ok

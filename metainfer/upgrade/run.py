@@ -27,7 +27,7 @@ from metainfer.agents import AGENTS, BudgetExceeded, default_agent_name, get_age
 from metainfer.build.config import BuildConfig, BuildError
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
-from metainfer.build.report import write_summary
+from metainfer.build.report import write_summary_safely
 from metainfer.build.resume import open_session, recover
 from metainfer.build.session import Session
 from metainfer.upgrade import plan
@@ -206,7 +206,7 @@ def _drive(s: Session, progress: Progress) -> RunRecord:
     finally:
         st["ended"] = utc_now()
         s.save()
-        write_summary(s.record)
+        write_summary_safely(s.record, lambda text: s.progress.line(None, text))
         write_upgrade_report(s.record, s.root)
         progress.line(None, f"{st['status']}: {st['stop_reason']}; report {s.record.path / 'upgrade.md'}")
     return s.record
@@ -229,7 +229,7 @@ def _end(s: Session, i: int) -> None:
     st = s.record.state
     st["in_flight"], st["next_iteration"] = None, i + 1
     s.save()
-    write_summary(s.record)
+    write_summary_safely(s.record, lambda text: s.progress.line(None, text))
     write_upgrade_report(s.record, s.root)  # the report follows the replay step by step
 
 
