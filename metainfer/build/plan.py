@@ -20,11 +20,11 @@ from metainfer.build.config import BuildConfig, BuildError, state_dir
 from metainfer.targets import get_model, get_quant, make_target
 
 #: seconds of one gate (static + parity + A/B bench) when the runs folder has none of this target: tiny model on
-#: the CPU from README's main job at 6169edd (judge v2: workers, layer-local parity, two bench sessions; gates of
-#: 274, 70 and 185 s on 2 cores at load about 4, mean 176 s); full size on an H200 from
-#: runs/20261130-165218-qwen3.6-35b-a3b-nvfp4-h200 (187-220 s, before judge v2); full size on the CPU a guess
+#: the CPU from README's main job on 2 idle cores at e470080 (gates of 41, 40 and 33 s; 2 min 0 s in all; beside
+#: other jobs at load 4-6 the same gates took 2-9x that, which the plan's load line warns of); full size on an H200
+#: from runs/20261130-165218-qwen3.6-35b-a3b-nvfp4-h200 (187-220 s, before judge v2); full size on the CPU a guess
 #: of the order (never run to the end)
-GATE_S = {("tiny", "cpu"): 176.0, ("full", "gpu"): 220.0, ("tiny", "gpu"): 75.0, ("full", "cpu"): 6 * 3600.0}
+GATE_S = {("tiny", "cpu"): 40.0, ("full", "gpu"): 220.0, ("tiny", "gpu"): 75.0, ("full", "cpu"): 6 * 3600.0}
 #: bytes per second a synthetic checkpoint is written at: CPU from the seed run of issue 15 (24.5 GB in 12-90 min),
 #: GPU from docs/results/h200-2026-11-30-b/checkpoint.json (24.5 GB in 93 s)
 WRITE_BPS = {"cpu": 15e6, "gpu": 250e6}
