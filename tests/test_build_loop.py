@@ -293,7 +293,8 @@ def test_scripted_run_commits_the_faster_and_rejects_broken_and_slower(tmp_path,
     assert r1["accepted"] and r1["reason"].startswith("faster"), r1["reason"]
     assert not r2["accepted"] and r2["reason"].startswith("parity failed"), r2["reason"]
     assert not r3["accepted"] and r3["reason"].startswith(("slower", "within noise")), r3["reason"]
-    assert r3["figures"]["speedup"] < 1.0
+    # (its measured speedup is not asserted below 1: on loaded CI cores the same engine has timed 4.6x off itself;
+    # what must hold is the verdict above, and the report's noise-run warning says when timings were unsteady)
     # branch: project, rendered baseline, the one accepted candidate; trailers carry the figures
     log = _git(repo, "log", "--format=%H%x00%B%x01", f"metainfer/{TARGET}").split("\x01")
     head_sha, head_msg = log[0].strip().split("\x00")

@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = "qwen3.6-35b-a3b-tiny"
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT at its default, whatever the test runner inherited (a background job's
+    shell sets it to ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C would do nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(tmp: Path) -> dict[str, str]:
     tmpdir = tmp / "tmpdir"
     tmpdir.mkdir(exist_ok=True)
@@ -94,7 +100,7 @@ def test_ctrl_c_during_a_checkpoint_write_removes_the_partial_files(tmp_path):
     out = tmp_path / "ck"
     proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "checkpoint", "--model", TINY, "--quant", "bf16",
                              "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(tmp_path))
+                            env=_env(tmp_path), preexec_fn=_default_sigint)
     _interrupt_when(proc, lambda: any(out.glob("model-*.tmp.safetensors")))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
@@ -108,7 +114,7 @@ def test_ctrl_c_while_a_build_writes_its_checkpoint_leaves_a_resumable_interrupt
     cache = repo / ".metainfer" / "checkpoints"
     proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "build", "--model", TINY, "--quant", "bf16", "--gpu",
                              "cpu", "--iterations", "1", "--runs-dir", str(runs)], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+                            stderr=subprocess.PIPE, text=True, env=_env(tmp_path), preexec_fn=_default_sigint)
     _interrupt_when(proc, lambda: any(cache.glob(".*tmp*/model-*.tmp.safetensors")))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
@@ -127,7 +133,7 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     runs = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "build", "--model", TINY, "--quant", "bf16", "--gpu",
                              "cpu", "--iterations", "1", "--runs-dir", str(runs), "--checkpoint", str(tiny_checkpoint("bf16"))],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path), preexec_fn=_default_sigint)
     exports = tmp_path / "tmpdir"
 
     def gate_running() -> bool:

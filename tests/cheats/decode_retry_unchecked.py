@@ -1,5 +1,5 @@
-"""Forces decode-bs1's retry and answers it with junk: the first 1-token call of a decode pair (recognised as the
-second 1-token call in a row: ttft comes just before) is padded with a sleep longer than the N-token call, so the
+"""Forces decode-bs1's retry and answers it with junk: every 1-token call (ttft's and the first of each decode pair,
+in whatever order the judge draws the workloads) is padded with a sleep longer than the last N-token call, so the
 judge sees t_N <= t_1 and draws fresh prompts; those prompts reach only this engine, so their outputs have no
 baseline twin to be compared with, and the engine returns token 0 at once (the N-token call a hair slower)."""
 
@@ -38,13 +38,10 @@ def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
             if mode == "after_padded_n":  # the retry's 1-token call: nobody else sees this prompt
                 st["mode"] = "junk"
                 return [[0]]
-            if prev == (1, 1):  # ttft, then the first call of the decode pair
-                out = own(prompts, params)
-                _t.sleep(2 * st["tn"] + 0.05)
-                st["mode"] = "padded_1"
-                return out
-            st["mode"] = None
-            return own(prompts, params)
+            out = own(prompts, params)  # every other 1-token call padded (ttft too): whatever order the judge
+            _t.sleep(2 * st["tn"] + 0.05)  # draws, decode-bs1's first t_1 lies past its t_N
+            st["mode"] = "padded_1"
+            return out
         if mode == "junk":
             _t.sleep(0.02)
             st["mode"] = None
