@@ -50,6 +50,7 @@ def attention_forward(
     dims: ModelDims,
     decode_splits: int = 0,
     prefill_ops: int = 0,
+    kv_loc: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One attention mixer over the packed tokens; appends their K/V to the slots' cache. With a paged
     cache each slot must already own KV blocks for its ``start + len`` positions (``StateCache.reserve``;
@@ -62,6 +63,7 @@ def attention_forward(
         decode_splits: tunable ``attention_decode_splits`` (0: SDPA over gathered K/V; N: split-K kernel).
         prefill_ops: tunable ``attention_prefill_ops`` (1: ``ops.attention_prefill``, flash attention over the
             cache with the gate fused, no host sync; 0: SDPA per sequence with a causal mask).
+        kv_loc: the tokens' (block, row) int64 [T] each (``KVPool.locate``, once per forward); None: located here.
     Returns:
         bf16 [T, H].
     """
@@ -72,7 +74,7 @@ def attention_forward(
     j = cache.layer_index[layer]
     kc, vc = cache.k[j], cache.v[j]  # [NB, BS, nkv, hd]
     table = cache.block_table if cache.kv.paged else None  # int32 [S, max_blocks]; None: static, slot s = block s
-    kv_blocks, kv_rows = cache.kv.locate(batch.token_slots, batch.positions)  # static: (slots, positions)
+    kv_blocks, kv_rows = kv_loc or cache.kv.locate(batch.token_slots, batch.positions)  # static: (slots, positions)
     # q, k normed and roped; k and v written into the cache at (block, row) of (slot, position)
     q = kernels.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, *cos_sin, kc, vc, kv_blocks, kv_rows,
                                    nq, nkv, dims.rms_norm_eps)  # [T, nq, hd]

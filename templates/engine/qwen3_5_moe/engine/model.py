@@ -62,11 +62,12 @@ class Model:
         hidden = [h.float()] if return_hidden else None
         mlp_out = None
         cos_sin = self.rope.cos_sin(batch.positions) if self.dims.full_attention_layers else None  # once per forward
+        kv_loc = cache.kv.locate(batch.token_slots, batch.positions) if self.dims.full_attention_layers else None  # same
         for i, layer in enumerate(self.w.layers):
             x, h = kernels.rmsnorm(mlp_out, layer.input_norm, eps, residual=h) if mlp_out is not None else kernels.rmsnorm(h, layer.input_norm, eps)
             if layer.kind == "full_attention":
                 mix = attention_forward(x, layer.attn, i, batch, cache, cos_sin, d, self.tunables.attention_decode_splits,
-                                       self.tunables.attention_prefill_ops)
+                                       self.tunables.attention_prefill_ops, kv_loc)
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
