@@ -3,7 +3,8 @@
 KernelBench-style anti-cheat (DESIGN.md, "Style"): an engine computes its logits itself, from
 the checkpoint, with no help from the reference, the judge, the network or a file prepared
 earlier. Nothing is executed here. The rules (name tables and the threads decision in
-``harness.static_rules``):
+``harness.static_rules``; the rules on strings in ``harness.static_strings``, the monkeypatch rule in
+``harness.static_patches``, the others in this module's visitor):
 
 - ``forbidden-import``: the reference model and the judge, process, network and pickle modules,
   loaders of non-source code (``importlib.machinery``/``util``, ``zipimport``, ``runpy``, ...),
@@ -33,87 +34,22 @@ rule: the worker's isolation (docs/CONTRACTS.md) is the wall, these rules the fi
 from __future__ import annotations
 
 import ast
-import re
-from dataclasses import dataclass
 
+from harness.static_findings import Finding
+from harness.static_patches import PatchRules
 from harness.static_rules import (
-    ALLOWED_METAINFER, CONFIG_PREFIXES, DYNAMIC_TARGETS, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
-    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, PROC_WORDS, UNPICKLING_KEYWORDS,
-    WRITE_METHODS,
+    ALLOWED_METAINFER, DYNAMIC_TARGETS, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
+    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, UNPICKLING_KEYWORDS, WRITE_METHODS,
 )
-from harness.static_scopes import ScopeTracker
+from harness.static_strings import StringRules
+
+__all__ = ["Finding", "check_source", "forbidden_module"]
 
 #: Calls whose first argument is module source or a module name.
 _DYNAMIC_IMPORTS = {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
 _OPENERS = {"open", "builtins.open"}
 #: Attribute getters: passed around as values, their object and name are out of sight.
 _GETTERS = {"getattr", "builtins.getattr", "setattr", "builtins.setattr", "delattr", "builtins.delattr", "vars", "builtins.vars"}
-
-
-def _pieces(node: ast.AST) -> list[str] | None:
-    """The string constants of a string built from pieces (``a + b``, f-strings, ``"".join([...])``, ``"%s%s" % (...)``),
-    in order, a computed part as ''; None when ``node`` is not such a construction."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _pieces(node.left), _pieces(node.right)
-        if left is None and right is None and not any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-                                                      for n in (node.left, node.right)):
-            return None
-        return (left or [_const(node.left)]) + (right or [_const(node.right)])
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        for a, b in ((node.left, node.right), (node.right, node.left)):
-            if isinstance(a, ast.Constant) and isinstance(a.value, str) and isinstance(b, ast.Constant) and isinstance(b.value, int):
-                return [a.value * max(0, min(b.value, 64))]
-        return None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
-            and isinstance(node.left.value, str):
-        args = node.right.elts if isinstance(node.right, (ast.Tuple, ast.List)) else [node.right]
-        return [node.left.value.replace("%s", "")] + [_const(a) for a in args]
-    if isinstance(node, ast.JoinedStr):
-        return [_const(v) for v in node.values]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "format") \
-            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str):
-        if node.func.attr == "join" and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
-            return [_const(e) for e in node.args[0].elts]
-        if node.func.attr == "format":
-            return [node.func.value.value.replace("{}", "")] + [_const(a) for a in node.args]
-    return None
-
-
-def _const(node: ast.AST) -> str:
-    inner = _pieces(node)
-    if inner is not None:
-        return "".join(inner)
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else _COMPUTED
-
-
-_COMPUTED = "\x00"  # stands for a computed part of a built string
-_DUNDER_TOKEN = re.compile(r"__[A-Za-z][A-Za-z0-9_]*?__")
-#: dunders that reach builtins, the import system or a namespace, refused inside any string (not only alone)
-_REACH_DUNDERS = {"__import__", "__dict__", "__class__", "__base__", "__bases__", "__mro__", "__getattribute__"}
-_DUNDER_EDGE = re.compile(r"^__[A-Za-z]|[A-Za-z]__$")
-
-
-def _built_dunder(node: ast.AST) -> str | None:
-    """The dunder-looking text a string construction spells (``"__glo" + "bals__"``: two underscores written next
-    to a written letter at either end), or None."""
-    pieces = _pieces(node)
-    if not pieces:
-        return None
-    text = "".join(pieces)
-    return text.replace(_COMPUTED, "{}") if _DUNDER_EDGE.search(text) else None
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One rule broken: ``file`` (relative to the engine folder), ``line`` (1-based, None for the file), ``rule``, ``message``."""
-
-    file: str
-    line: int | None
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line or 0}: [{self.rule}] {self.message}"
 
 
 def forbidden_module(name: str) -> str | None:
@@ -146,25 +82,12 @@ def _writes(mode: ast.AST | None) -> bool:
     return True
 
 
-class _Visitor(ScopeTracker):
+class _Visitor(StringRules, PatchRules):
+    """Every rule on one engine file: imports, references, calls and paths here, strings and assignments in the bases."""
+
     def __init__(self, rel: str, depth: int) -> None:
-        super().__init__()
-        self.rel, self.depth = rel, depth  # depth: parent hops from the file to the engine folder
-        self.findings: list[Finding] = []
-        self.docstrings: set[int] = set()
+        super().__init__(rel, depth)
         self.called: set[int] = set()  # ids of nodes that are the func of a Call
-
-    def add(self, node: ast.AST, rule: str, msg: str) -> None:
-        f = Finding(self.rel, getattr(node, "lineno", None), rule, msg)
-        if f not in self.findings:
-            self.findings.append(f)
-
-    def visit_Module(self, node: ast.Module) -> None:
-        for n in ast.walk(node):
-            body = getattr(n, "body", None)
-            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                self.docstrings.add(id(body[0].value))
-        super().visit_Module(node)
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -332,103 +255,6 @@ class _Visitor(ScopeTracker):
         if isinstance(node.value, ast.Attribute) and node.value.attr == "parents" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with parents[...] of __file__")
         self.generic_visit(node)
-
-    def _dunder(self, node: ast.AST) -> bool:
-        text = _built_dunder(node)
-        if text is not None:
-            self.add(node, "forbidden-call", f"builds the dunder name {text!r} from pieces: a string-built dunder name reaches "
-                     "frames, globals or builtins past the rules; write the attribute out")
-        return text is not None
-
-    def visit_BinOp(self, node: ast.BinOp) -> None:
-        if not self._dunder(node):
-            self.generic_visit(node)
-
-    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
-        if not self._dunder(node):
-            self.generic_visit(node)
-
-    def visit_Constant(self, node: ast.Constant) -> None:
-        v = node.value
-        if not isinstance(v, str) or id(node) in self.docstrings:
-            return
-        inner = [t for t in _DUNDER_TOKEN.findall(v) if t in INTROSPECTION_ATTRS or t in _REACH_DUNDERS]
-        if v in INTROSPECTION_ATTRS:
-            self.add(node, "forbidden-call", f"names {v!r}: frames, code objects and globals are off limits")
-        elif inner:  # '0.__globals__[__builtins__]': a field path that string.Formatter or a getter would walk
-            self.add(node, "forbidden-call", f"names {inner[0]!r} inside the string {v[:60]!r}: frames, code objects, globals "
-                     "and builtins are off limits")
-        elif v in PROC_WORDS or v.startswith("/proc/"):
-            self.add(node, "forbidden-call", f"names {v!r}: the judge's process state (/proc, its command line) is off limits")
-        elif "\n" not in v and " " not in v and ((v.startswith("/") and v.count("/") >= 2 and len(v) > 3) or v.startswith("~/")
-                                                   or v == ".." or "../" in v or v.endswith("/..")):
-            self.add(node, "path-escape", f"path literal {v!r} points outside the engine folder; the engine reads only its own files and the checkpoint it is given")
-
-    # assignments -----------------------------------------------------------------------------
-    def _patches(self, node: ast.AST, targets: list[ast.AST], value: ast.AST | None = None, verb: str = "assigns") -> None:
-        """The monkeypatch rule on every place a statement binds (``a, torch.x = ...``, ``for torch.x in``, ``with ... as
-        torch.x``, ``torch.x += 1``, ``del torch.x``); a lone flag of a torch configuration namespace set to a constant passes."""
-        for t in targets:
-            for leaf in _bound_attributes(t):
-                root = leaf
-                while isinstance(root, (ast.Attribute, ast.Subscript)):
-                    root = root.value
-                if not (isinstance(root, ast.Name) and self.is_module_alias(root.id)):
-                    continue
-                name = self.dotted(leaf) or ast.unparse(leaf)
-                if leaf is t and value is not None and name.startswith(CONFIG_PREFIXES) and _plain_constant(value):
-                    continue
-                self.add(node, "monkeypatch", f"{verb} {name}: an engine may not patch imported modules the judge also uses"
-                         + (" (a torch configuration flag may be set to a constant: torch.backends.*, torch._dynamo.config.*, "
-                            "torch._inductor.config.*)" if name.startswith(CONFIG_PREFIXES) else ""))
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self._patches(node, node.targets, node.value if len(node.targets) == 1 else None)
-        self.generic_visit(node)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self._patches(node, [node.target], node.value)
-        self.generic_visit(node)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._patches(node, [node.target])
-        self.generic_visit(node)
-
-    def visit_Delete(self, node: ast.Delete) -> None:
-        self._patches(node, node.targets, verb="deletes")
-        self.generic_visit(node)
-
-    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
-        self._patches(node, [node.target])
-        self.generic_visit(node)
-
-    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
-        self._patches(node, [i.optional_vars for i in node.items if i.optional_vars is not None])
-        self.generic_visit(node)
-
-    def visit_comprehension(self, node: ast.comprehension) -> None:
-        self._patches(node.target, [node.target])
-        self.generic_visit(node)
-
-    visit_AsyncFor, visit_AsyncWith = visit_For, visit_With
-
-
-def _bound_attributes(target: ast.AST) -> list[ast.AST]:
-    """The attribute targets inside an assignment target (tuples, lists and starred unpacked; an item such as
-    ``os.environ['X']`` is the object's own business, not a patch of the module)."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [a for e in target.elts for a in _bound_attributes(e)]
-    if isinstance(target, ast.Starred):
-        return _bound_attributes(target.value)
-    return [target] if isinstance(target, ast.Attribute) else []
-
-
-def _plain_constant(value: ast.AST) -> bool:
-    """True for a literal bool, int, float or None (``-1`` included): a flag's value, never code or a path."""
-    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
-        value = value.operand
-    return isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, (bool, int, float)))
 
 
 def check_source(source: str, rel: str, depth: int) -> list[Finding]:
