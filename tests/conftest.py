@@ -20,8 +20,13 @@ TINY_SEED = 1234
 # The CPU suite runs tiny shapes, where intra-op threads only add overhead, and on a shared
 # 2-core machine OpenMP threads spin against other processes (measured: writing the tiny
 # NVFP4 checkpoint took 17.6 s with 2 threads under load, 0.47 s with 1). Override with
-# METAINFER_TEST_THREADS.
-torch.set_num_threads(int(os.environ.get("METAINFER_TEST_THREADS", "1")))
+# METAINFER_TEST_THREADS. The subprocesses the tests start (the CLI, gates, their engine workers,
+# which take the gate's thread count) inherit it through OMP_NUM_THREADS: a timed A/B round of two
+# OpenMP threads against another test's process stretched one tiny generate call 14x (median 2.2x),
+# enough to lose a round of a 2x-faster candidate; one thread per process stays within 1.2x.
+TEST_THREADS = os.environ.get("METAINFER_TEST_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = TEST_THREADS
+torch.set_num_threads(int(TEST_THREADS))
 
 
 @pytest.fixture(scope="session")

@@ -205,16 +205,8 @@ def test_new_weights_of_other_facts_are_refused_naming_the_upgrade(old_branch, t
     assert "num_experts" in st["stop_reason"] and not list((tmp_path / "runs" / st["run_id"]).glob("iter-*"))
 
 
-#: The two end-to-end upgrades below need every carried step to win every timed A/B round; on CI's 2 shared cores
-#: (the cheat table's gates beside them) a re-gated carried step lost a timed round in the last three CI runs and
-#: in a loaded local run (0.117 +- 0.45, 1.88 +- 0.89, 4.8 +- 0.9; 2.29 +- 0.72 with a steady noise run of
-#: 1.018 +- 0.011) while the tests pass alone, a cause not yet found (closing note, session 3).
-#: Opt-in until it is: METAINFER_UPGRADE_E2E=1.
-TIMING_E2E = pytest.mark.skipif(os.environ.get("METAINFER_UPGRADE_E2E") != "1",
-                                reason="timed A/B end to end, flaky on shared CI cores; set METAINFER_UPGRADE_E2E=1 to run")
 
 
-@TIMING_E2E
 @pytest.mark.slow
 def test_upgrade_to_qwen36_carries_both_iterations_and_resumes_after_sigint(old_branch, tmp_path):
     """3.5-tiny -> 3.6-tiny (no fact the template reads changes): interrupted with SIGINT while the first carried
@@ -262,7 +254,6 @@ def test_upgrade_to_qwen36_carries_both_iterations_and_resumes_after_sigint(old_
     assert rec["model"] == NEW_MODEL and rec["facts"]["num_experts"] == 16
 
 
-@TIMING_E2E
 @pytest.mark.slow
 def test_upgrade_to_a_sibling_with_changed_facts_repairs_the_hard_coded_shape(old_branch, tmp_path):
     """32 experts top-8, another attention interval, head count and intermediate size: iteration 1 hard-codes
