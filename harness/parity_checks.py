@@ -1,0 +1,175 @@
+"""The parity checks (docs/PARITY.md): one prompt's logits and hidden states against the reference's, the
+figures pooled over the run, and ``evaluate``, which runs the engine through all of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
+from harness.parity_metrics import (
+    first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
+    pooled_rows_error, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
+)
+from harness.parity_progress import Phase
+from harness.parity_result import PromptFigures, RunFigures
+from harness.prompts import Prompt
+from harness.reference import ReferenceRun
+from harness.reference_cache import ReferenceCache
+from harness.tolerances import Tolerance
+
+
+def judge_logits(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[int], tol: Tolerance,
+                 other: torch.Tensor) -> None:
+    """Fill ``fig``'s figures from engine logits ``e`` [P + n, V] and record every failed check.
+
+    ``other`` [P + n, V]: the same prompt's logits from the other mode (batched for alone and
+    vice versa); their row-wise difference is the greedy slack (docs/PARITY.md, "Greedy ties").
+    """
+    r, n = ref.logits, ref.split
+    reason = trivial_reason(e, r)
+    if reason:
+        fig.failures.append(reason)
+    fig.prompt_rel_err, fig.decode_rel_err, fig.max_abs_err = rel_l2(e[:n], r[:n]), rel_l2(e[n:], r[n:]), max_abs(e, r)
+    if not fig.prompt_rel_err <= tol.logits_prompt:
+        fig.failures.append(f"prefill rel err {fig.prompt_rel_err:.3g} > {tol.logits_prompt:.3g}")
+    if not fig.decode_rel_err <= tol.logits_decode:
+        fig.failures.append(f"decode rel err {fig.decode_rel_err:.3g} > {tol.logits_decode:.3g}")
+    steps = slice(n - 1, n - 1 + len(ref.continuation))  # rows that predicted the continuation
+    slack = (e[steps] - other[steps]).abs().amax(-1)
+    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))  # NaN rows fail on their own
+    fig.greedy_match, fig.greedy_compared = greedy_agreement(
+        list(greedy), ref.continuation, e[steps], r[steps], floor_rel=tol.tie_floor_rel, slack=slack
+    )
+    if fig.greedy_match < fig.greedy_compared:
+        fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
+
+
+@dataclass
+class HiddenRun:
+    """One prompt's prefill of prompt + continuation in one call, with per-layer figures.
+
+    Attributes:
+        engine: the engine's hidden states float32 [L + 1, T, H]; reference: the reference's, same shape.
+        engine_rows: ``engine`` at the R compared positions (the prompt rows of ``ReferenceRun.rows`` and the n
+            continuation positions; all T when the reference kept every row), [L + 1, R, H].
+        local: reference layer l run on ``engine[l]``, float32 [L, R, H] (``harness.layer_local``).
+        local_logits: ``lm_head(norm(engine[L]))`` by the reference, float32 [R, V].
+        logits: the engine's own prefill logits at those positions, float32 [R, V] (the last n rows are the
+            consistency's decode rows).
+    """
+
+    engine: torch.Tensor
+    reference: torch.Tensor
+    engine_rows: torch.Tensor
+    local: torch.Tensor
+    local_logits: torch.Tensor
+    logits: torch.Tensor
+
+
+def check_hidden(engine: EngineApi, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun,
+                 tol: Tolerance) -> HiddenRun | None:
+    """Per-layer hidden states of prompt + continuation against the reference's: record every layer's error
+    and fail on the first layer over its tolerance (``tol.hidden(i)``). Returns the engine's and reference's
+    hidden states and the reference layers run on the engine's ones (for the run-level checks), None when the
+    engine gave none of the right shape or non-finite ones (recorded as a failure)."""
+    tokens = ref.prompt + ref.continuation
+    rows = None if ref.rows is None else list(ref.rows) + list(range(len(ref.prompt), len(tokens)))
+    res = engine.prefill([tokens], return_hidden=True, rows=[rows])
+    engine.release(res["slots"])
+    if not res["hidden"]:
+        fig.failures.append("engine returned no hidden states for return_hidden=True")
+        return None
+    r = reference.hidden(tokens)
+    e = res["hidden"][0].float()
+    if tuple(e.shape) != tuple(r.shape):
+        fig.failures.append(f"hidden states of shape {tuple(e.shape)}, expected {tuple(r.shape)} ([L + 1, T, H])")
+        return None
+    fig.layer_errors = layer_errors(e, r)
+    limits = [tol.hidden(i) for i in range(len(fig.layer_errors))]
+    bad = first_bad_layer(fig.layer_errors, limits)
+    if bad is not None:
+        fig.worst_layer = layer_name(bad)
+        fig.failures.append(f"hidden state after {layer_name(bad)} rel err {fig.layer_errors[bad]:.3g} > {limits[bad]:.3g}")
+    logits = res["logits"][0].float()
+    if not torch.isfinite(e).all() or not torch.isfinite(logits).all():
+        fig.failures.append("NaN/Inf in the hidden states or logits of the hidden-state prefill: no layer-local figures")
+        return None
+    if tuple(logits.shape) != tuple(ref.logits.shape):
+        fig.failures.append(f"hidden-state prefill logits of shape {tuple(logits.shape)}, expected {tuple(ref.logits.shape)}")
+        return None
+    local = reference.local(tokens, e, rows)
+    e_rows = e if rows is None else e[:, rows]
+    return HiddenRun(e, r, e_rows, local["outputs"].float(), local["logits"].float(), logits)
+
+
+def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
+               tol: Tolerance) -> RunFigures:
+    """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
+    the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
+    the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
+    hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each prompt's
+    worst rows left out apart: a cut in one long prompt's decode stays in)."""
+    if not hidden:
+        return RunFigures()
+    run = RunFigures(
+        update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden]),
+        local_update_errors=local_update_errors([h.engine_rows for h in hidden], [h.local for h in hidden],
+                                                drop=tol.local_drop, min_drop=tol.local_min_drop),
+        local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],
+        local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
+    )
+    for mode, runs in (("alone", alone), ("batched", batched)):
+        same = [(e, h.logits) for h, e in zip(hidden, runs, strict=True) if e.shape == h.logits.shape]
+        for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
+            pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            if pairs:
+                run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
+                                                                      drop=tol.consistency_drop, per_pair=True)
+                rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs)
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_for(rows)
+    run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
+                    for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
+                    if not x <= t]  # first: a layer-local failure names the layer itself
+    run.failures += [f"pooled update of layers.{l} rel err {x:.3g} > {tol.update(l):.3g}"
+                     for l, x in enumerate(run.update_errors or []) if not x <= tol.update(l)]
+    if not run.local_logits_err <= tol.local_logits:
+        run.failures.append(f"layer-local final norm + lm_head rel err {run.local_logits_err:.3g} > {tol.local_logits:.3g}")
+    for mode, x in run.consistency.items():
+        if not x <= run.consistency_tolerances[mode]:
+            run.failures.append(f"consistency ({mode}): logits vs the engine's own hidden-state prefill rel err {x:.3g} > "
+                                f"{run.consistency_tolerances[mode]:.3g}")
+    return run
+
+
+def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
+             tol: Tolerance) -> tuple[list[PromptFigures], RunFigures]:
+    """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``)."""
+    runs = Phase()
+    alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
+    alone_greedy = [greedy_tokens(engine, [r])[0] for r in refs]
+    batched = teacher_forced_logits(engine, refs)
+    batched_greedy = greedy_tokens(engine, refs)
+    runs.done("engine: teacher-forced and greedy runs, alone and batched, in %.1f s")
+    checks = Phase()
+    figs: list[PromptFigures] = []
+    hidden: list[HiddenRun] = []
+    kept_alone: list[torch.Tensor] = []
+    kept_batched: list[torch.Tensor] = []
+    for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
+        fa = PromptFigures(p.name, "alone", len(p.tokens))
+        judge_logits(fa, ea, ref, ga, tol, eb)
+        h = check_hidden(engine, reference, fa, ref, tol)
+        if h is not None:
+            hidden.append(h)
+            kept_alone.append(ea)
+            kept_batched.append(eb)
+        fb = PromptFigures(p.name, "batched", len(p.tokens))
+        judge_logits(fb, eb, ref, gb, tol, ea)
+        fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() and ea.shape == eb.shape else float("nan")
+        if not fb.batch_rel_err <= tol.batch:
+            fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
+        figs += [fa, fb]
+        checks.progress(len(figs) // 2, len(prompts), "hidden-state and layer-local checks: %d of %d prompts, %.0f s")
+    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol)
