@@ -219,19 +219,32 @@ class _Integrity:
         return out
 
 
+def cpu_threads(device: str) -> int:
+    """Set and return the intra-op threads of the judge, which hands its count to every worker (``threads=``): on
+    the CPU one, unless ``OMP_NUM_THREADS`` names another, since OpenMP threads spin at barriers against any other
+    process on the cores and stretch single timed calls many-fold (docs/BENCHMARKS.md, "A/B method"); on a GPU
+    torch's default."""
+    import torch
+
+    if device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
+
+
 def run_gate(args: GateArgs) -> GateResult:
     """Run the selected stages in order, stopping at the first red one; return the result (also written to ``args.json_out``)."""
     from harness import worker_isolation
     from harness.gate_stages import close_shared, start_shared
     from harness.nonce import fresh_nonce, stage_nonce
 
+    threads = cpu_threads(args.device)
     isolation = args.isolation or worker_isolation.detect(cuda=args.device == "cuda")
     limits = _limits(args)
     gate_nonce = args.prompt_nonce if args.prompt_nonce is not None else fresh_nonce()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result = GateResult(seed=args.seed, env=env_info(args.engine), isolation=isolation, meta={
         "engine": str(args.engine), "baseline": str(args.baseline) if args.baseline else None,
-        "checkpoint": str(args.checkpoint), "gpu_profile": args.gpu, "device": args.device,
+        "checkpoint": str(args.checkpoint), "gpu_profile": args.gpu, "device": args.device, "threads": threads,
         "stages_selected": list(args.stages),
         "parity_quick": {"lengths": list(args.parity_lengths) if args.parity_lengths else None, "steps": args.parity_steps}
         if args.parity_lengths or args.parity_steps else None, "started": started, "harness_digest": harness_digest(),

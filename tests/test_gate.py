@@ -79,10 +79,13 @@ def test_red_parity_stops_before_bench(rendered, tiny_checkpoint, tmp_path):
 @pytest.mark.slow
 def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
     out = tmp_path / "g.json"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the gate's own CPU default
     proc = subprocess.run(gate_cmd(rendered, tiny_checkpoint("bf16"), out, "--baseline", str(rendered), "--rounds", "2",
-                                   "--workloads", "decode-bs1"), cwd=REPO, capture_output=True, text=True, timeout=600)
+                                   "--workloads", "decode-bs1"), cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = json.loads(out.read_text())
+    assert rec["threads"] == 1  # one intra-op thread per process on the CPU (harness.gate.cpu_threads)
     assert rec["ok"] and [s["name"] for s in rec["stages"]] == ["static", "parity", "bench"]
     assert rec["parity_quick"] == {"lengths": [1, 17], "steps": 2} and rec["seed"] == 5
     assert all(s["ok"] and s["seconds"] >= 0 for s in rec["stages"])
@@ -203,3 +206,13 @@ def test_parity_covers_the_longest_prompt_the_bench_times():
     assert parity_lengths(args("h200", "full", ("prefill-16k",), stages=("static", "parity"))) == GPU_LENGTHS
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == CPU_LENGTHS  # 96 and 64 tokens on the CPU
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
+
+
+@pytest.mark.parametrize("omp, want", [(None, 1), ("2", 2)])
+def test_cpu_gate_threads_default_to_one_and_follow_omp_num_threads(omp, want):
+    """A CPU gate runs one intra-op thread unless OMP_NUM_THREADS names a count (a GPU gate keeps torch's default)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": omp} if omp else {})
+    code = "from harness.gate import cpu_threads; import torch; print(cpu_threads('cpu'), torch.get_num_threads())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(want), str(want)]
