@@ -40,6 +40,10 @@ def test_decisions_name_the_reason():
     assert "within tolerance, another check failed" in r.reason and "prompt 'len63' logits" in r.reason, r.reason
     assert decide(GateOutcome(_gate(speedup=1.02, beats=False), 0, False, 1.0)).reason.startswith("within noise")
     assert decide(GateOutcome(_gate(speedup=0.7, beats=False), 0, False, 1.0)).reason.startswith("slower")
+    one_lost = _gate(speedup=1.036, noise=0.016, beats=False)  # beyond its noise bar, but a round lost
+    one_lost["bench"]["workloads"]["ttft"]["ratios"] = [1.05, 0.98, 1.04]
+    r = decide(GateOutcome(one_lost, 0, False, 1.0))
+    assert not r.accepted and r.reason.startswith("not faster in every round") and "ttft lost round 2 of 3 (ratio 0.980)" in r.reason, r.reason
     timed = GateOutcome({"ok": False, "stages": []}, None, True, 9.0, "gate timed out after 5s and was killed")
     assert not decide(timed).accepted and "timed out" in decide(timed).reason
     crashed = GateOutcome(_gate(), 0, False, 1.0, "gate exited with status -11; see gate.log")

@@ -44,7 +44,8 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     Keys: ``parity_ok``, ``max_rel_err``, ``tolerance`` (prefill logits), ``max_decode_rel_err``,
     ``decode_tolerance`` (teacher-forced decode logits), ``speedup``, ``noise``, ``beats_baseline``,
     ``scaled_down``, ``roofline_fraction`` (decode-bs1's, else the first workload's), and per workload
-    ``workloads[name] = {"unit", "candidate", "baseline", "spread"}`` (medians).
+    ``workloads[name] = {"unit", "candidate", "baseline", "spread", "higher_is_better", "ratios"}`` (medians;
+    ``ratios``: the paired per-round ratios, > 1 where the candidate won the round).
     """
     parity = result.get("parity") or {}
     bench = result.get("bench") or {}
@@ -55,7 +56,8 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         cand, base = w.get("candidate") or {}, w.get("baseline") or {}
         workloads[name] = {"unit": w.get("unit"), "candidate": as_float(cand.get("median")),
                            "baseline": as_float(base.get("median")), "spread": as_float(cand.get("spread")),
-                           "higher_is_better": w.get("higher_is_better", True)}
+                           "higher_is_better": w.get("higher_is_better", True),
+                           "ratios": [r for r in map(as_float, w.get("ratios") or []) if r is not None]}
         if as_float(w.get("roofline_fraction")) is not None and (roofline is None or name == "decode-bs1"):
             roofline = as_float(w["roofline_fraction"])
     return {"parity_ok": parity.get("ok"), "max_rel_err": as_float(parity.get("max_rel_err")),
@@ -164,7 +166,21 @@ def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
         return Decision(True, f"faster: {sp}")
     if f["speedup"] < 1.0 - (f["noise"] or 0.0):
         return Decision(False, f"slower: {sp}")
+    lost = lost_rounds(f)
+    if f["speedup"] - 1.0 > (f["noise"] or 0.0) and lost:
+        return Decision(False, f"not faster in every round: {sp}, but {lost}")
     return Decision(False, f"within noise: {sp}")
+
+
+def lost_rounds(f: dict[str, Any]) -> str | None:
+    """The paired rounds the candidate did not win, from ``figures`` (``"ttft lost round 2 of 3 (ratio 0.912)"``,
+    joined with "; "), or None when it won them all. The gate accepts only a candidate that won every round of
+    every workload (``harness.stats.objective``), so a speedup beyond its noise bar can still be rejected."""
+    out = []
+    for name, w in f["workloads"].items():
+        rs = w.get("ratios") or []
+        out += [f"{name} lost round {i + 1} of {len(rs)} (ratio {r:.3f})" for i, r in enumerate(rs) if not r > 1.0]
+    return "; ".join(out) or None
 
 
 def decide_baseline(outcome: GateOutcome) -> Decision:
