@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import worker_isolation, worker_protocol
-from harness.worker_copy import check_copyable
+from harness.worker_copy import check_copyable, copy_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Environment variables passed on to a worker (plus every ``TRITON_*`` but the cache folder); nothing else.
@@ -178,7 +178,7 @@ class Worker:
                 self.engine_dir = box / "engine"
                 ignore = None if keep_links else _COPY_IGNORE
                 check_copyable(engine_dir, follow_links=not keep_links, ignore=ignore)  # a sparse TiB is refused, not written
-                shutil.copytree(engine_dir, self.engine_dir, symlinks=keep_links, ignore=ignore)
+                copy_engine(engine_dir, self.engine_dir, symlinks=keep_links, ignore=ignore)  # bytes, not metadata
             self.log_path = box / "output.log"
             self._start()
         except BaseException:

@@ -5,11 +5,17 @@ folder, and a copy writes out what a listing hides: a sparse file reads back as 
 agent nothing and would fill the judge's disk), a link followed to a device or a FIFO never ends, and a loop of
 folder links never ends either. An engine folder is source (the static stage allows 4 MiB in 400 files), so
 limits far above that refuse only such things, each named, before the copy starts.
+
+The copy itself (:func:`copy_engine`) carries the bytes and nothing else: the build loop makes the candidate's and
+the baseline's folders in different ways, and an engine that tells its role from its own folder's metadata (whole-
+second modification times of an archive export, a mode bit, the order a listing returns) could sleep only as the
+baseline. Every copy is made in sorted order with the same modes and one fixed time stamp.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,3 +86,45 @@ def check_copyable(src: str | Path, *, follow_links: bool, ignore: Callable[[str
                                     "file counts at its full size, which a copy writes out)")
             else:
                 raise CopyError(f"{rel}: a {_kind(st.st_mode)}, not a file or folder; refused before copying")
+
+
+#: modification and access time of every entry of a worker's copy (2001-09-09, seconds since the epoch)
+COPY_TIME = 1_000_000_000
+FILE_MODE, DIR_MODE = 0o644, 0o755
+
+
+def copy_engine(src: str | Path, dst: str | Path, *, symlinks: bool,
+                ignore: Callable[[str, list[str]], set[str]] | None = None) -> None:
+    """Copy the folder ``src`` to the new folder ``dst`` as ``shutil.copytree(src, dst, symlinks=symlinks,
+    ignore=ignore)`` would, but with nothing of the source's metadata: entries created in sorted name order, files
+    ``FILE_MODE``, folders ``DIR_MODE``, every time stamp ``COPY_TIME`` (links keep their target, not their times).
+    Call :func:`check_copyable` first.
+
+    Raises:
+        OSError: ``dst`` exists or an entry cannot be read or written.
+    """
+    src, dst = Path(src), Path(dst)
+    made: list[Path] = []
+
+    def walk(s: Path, d: Path) -> None:
+        d.mkdir(mode=DIR_MODE)
+        names = sorted(os.listdir(s))
+        skip = ignore(str(s), names) if ignore is not None else set()
+        for name in names:
+            if name in skip:
+                continue
+            sp, dp = s / name, d / name
+            if symlinks and sp.is_symlink():
+                os.symlink(os.readlink(sp), dp)
+            elif sp.is_dir():
+                walk(sp, dp)
+            else:
+                shutil.copyfile(sp, dp)
+                os.chmod(dp, FILE_MODE)
+                made.append(dp)
+        os.chmod(d, DIR_MODE)
+        made.append(d)  # after its entries: adding them would move its modification time again
+
+    walk(src, dst)
+    for path in made:
+        os.utime(path, (COPY_TIME, COPY_TIME), follow_symlinks=False)

@@ -154,6 +154,41 @@ def test_candidate_outputs_without_a_baseline_twin_are_checked(rendered, tiny_ch
             check_outputs(junk, baseline)
 
 
+def test_a_first_token_that_differs_at_a_near_tie_agrees_and_an_implausible_one_does_not(rendered, tiny_checkpoint):
+    """An honest change of rounding (red team R3's fp32 engine against the bf16 baseline) flips near-tie first
+    tokens; those agree, a first token far below the baseline's top-1 does not."""
+    from harness.bench_outputs import MARGIN_STD, check_outputs
+    from harness.worker import Worker
+    from harness.workloads import BenchError, WorkerRunner, draw_prompts
+
+    with Worker("engine", engine_dir=rendered) as w:
+        w.call("engine.load", engine_dir=str(w.engine_dir), checkpoint=str(tiny_checkpoint("bf16")), device="cpu",
+               max_batch=4, max_seq_len=32)
+        baseline = WorkerRunner("baseline", w, 1024)
+        near, far = {}, {}
+        for p in draw_prompts(7, 24, 12, 1024):
+            res = w.call("engine.prefill", prompts=[p])
+            w.call("engine.release", slots=res["slots"])
+            row = res["logits"][0][-1].double()  # [V]: the first generated token's logits
+            top2 = row.topk(2)
+            if (top2.values[0] - top2.values[1]) / row.std() <= MARGIN_STD / 2:
+                key = (tuple(p), 1)
+                baseline.outputs[key] = baseline.generate([p], 1)[0]
+                near[key], far[key] = [int(top2.indices[1])], [int(row.argmin())]
+            if len(near) == 4:
+                break
+        assert len(near) == 4, "fewer than 4 near-tie prompts among 24 drawn"
+        assert all(baseline.outputs[k] != near[k] for k in near)  # the baseline took the top-1 each time
+        honest = WorkerRunner("candidate", w, 1024)
+        honest.outputs = dict(near)
+        check = check_outputs(honest, baseline)
+        assert check.first_compared == check.first_agree == 4 and check.identical == 0 and check.implausible == 0
+        wrong = WorkerRunner("candidate", w, 1024)
+        wrong.outputs = dict(far)
+        with pytest.raises(BenchError, match="first greedy token of 4 of 4"):
+            check_outputs(wrong, baseline)
+
+
 # --- what comes back from a worker (session 3, R2's attempts) -------------------------------------------------
 
 
@@ -268,3 +303,39 @@ def test_an_engine_that_changes_the_thread_count_is_refused_at_run_time(tmp_path
             w.call("engine.release", slots=[0])
         with pytest.raises(EngineError, match="from 1 to 3"):  # put back to 1 by the check, changed again: refused again
             w.call("engine.release", slots=[])
+
+
+def test_a_workers_copy_carries_the_bytes_and_none_of_the_metadata(tmp_path):
+    """The build loop makes the baseline's folder (a git archive export: whole-second times) and the candidate's (a
+    worktree) in different ways; an engine reading its own folder's times, modes or listing order must find nothing
+    that tells them apart (red team R3's role_from_archive_mtime slept as the baseline and was accepted at 2.07x)."""
+    from harness.worker import Worker
+    from harness.worker_copy import COPY_TIME, DIR_MODE, FILE_MODE
+
+    def make(root: Path, order: list[str], stamp: float, mode: int) -> Path:
+        eng = root / "eng"
+        (eng / "engine" / "ops").mkdir(parents=True)
+        for name in order:
+            (eng / "engine" / name).write_text(f"# {name}\n")
+            os.chmod(eng / "engine" / name, mode)
+            os.utime(eng / "engine" / name, (stamp, stamp))
+        return eng
+
+    names = ["__init__.py", "ops/a.py", "b.py", "z.txt"]
+    a = make(tmp_path / "a", names, 1_700_000_000.0, 0o644)  # an export's whole seconds, in archive order
+    b = make(tmp_path / "b", names[::-1], 1_700_000_000.123456, 0o755)  # a worktree's fractions, another order
+
+    def seen(w: Worker) -> list[tuple]:
+        out = []
+        for dirpath, dirs, files in os.walk(w.engine_dir):
+            for n in dirs + files:
+                st = os.stat(os.path.join(dirpath, n))
+                out.append((os.path.relpath(os.path.join(dirpath, n), w.engine_dir), st.st_mode & 0o7777, st.st_mtime_ns,
+                            os.listdir(dirpath)))
+        return out
+
+    with Worker("static", engine_dir=a, parent=tmp_path) as wa, Worker("static", engine_dir=b, parent=tmp_path) as wb:
+        got_a, got_b = seen(wa), seen(wb)
+        assert got_a == got_b and len(got_a) == 6  # engine/, engine/ops/ and four files
+        assert {m for _, m, _, _ in got_a} == {FILE_MODE, DIR_MODE} and {t for _, _, t, _ in got_a} == {COPY_TIME * 10**9}
+        assert (wa.engine_dir / "engine" / "ops" / "a.py").read_text() == "# ops/a.py\n"

@@ -179,6 +179,14 @@ def judge_outcome(a: Attempt, verdict: str, stage: str | None, error: str | None
     return True, ""
 
 
+def archive_times(folder: Path) -> None:
+    """Give every entry under ``folder`` one whole-second time stamp, as the build loop's ``git archive`` export of
+    the best engine has (a commit's time), while the candidate keeps the sub-second times of its edits."""
+    stamp = int(time.time()) - 3600
+    for p in sorted(folder.rglob("*"), reverse=True) + [folder]:
+        os.utime(p, (stamp, stamp), follow_symlinks=False)
+
+
 def run_attempt(a: Attempt, setup: Setup, workdir: Path) -> Outcome:
     """Lay out, apply and gate one attempt under ``workdir/<name>``; never raises for what the attempt does."""
     home = workdir / a.name
@@ -193,6 +201,7 @@ def run_attempt(a: Attempt, setup: Setup, workdir: Path) -> Outcome:
         return Outcome(a, "broken", None, f"apply() raised {type(err).__name__}: {err}", 0.0, False, "apply() failed")
     base = home / f"metainfer-best-{secrets.token_hex(4)}" / "generated" / setup.engine.name
     shutil.copytree(cand if a.baseline == "self" else setup.engine, base, ignore=shutil.ignore_patterns("__pycache__"))
+    archive_times(base)
     before = tree_digest(judge, ckpt)
     seed = setup.seed * 100_003 + zlib.crc32(a.name.encode()) % 100_000
     seconds, verdict, stage, error = 0.0, "broken", None, None

@@ -7,7 +7,6 @@ Shared by ``metainfer build`` (iterations 1..N), its baseline (iteration 0) and
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +58,10 @@ def check_diff(s: Session, diff: CandidateDiff, harness_before: str) -> Decision
 
 
 def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: bool = False) -> tuple[GateOutcome, int]:
-    """Gate the worktree's engine against the engine of ``baseline_sha`` exported side by side (or against a copy of itself).
+    """Gate the worktree's staged engine against the engine of ``baseline_sha`` (or against itself), both exported
+    from git objects side by side: the gate judges exactly what an acceptance commits (no file git ignores, which
+    ``git add -A`` leaves out), and both folders are made the same way (an engine cannot tell its role from how its
+    folder was written; the workers' copies drop the metadata too, ``harness.worker_copy.copy_engine``).
 
     Saves the gate pid into ``run.json`` (``in_flight``) so a resumed run can stop an orphan. The quick-parity
     flags come from ``run.json`` ``gate`` (``parity_lengths`` / ``parity_steps``: set by ``metainfer upgrade``).
@@ -73,12 +75,10 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
         s.save()
 
     with tempfile.TemporaryDirectory(prefix="metainfer-best-") as tmp:
-        if against_self:
-            best = Path(tmp) / s.worktree.engine_rel
-            shutil.copytree(s.worktree.engine_dir, best, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            best = s.worktree.export(baseline_sha, Path(tmp))
-        req = GateRequest(engine=s.worktree.engine_dir, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
+        staged = s.worktree.staged_tree()
+        cand = s.worktree.export(staged, Path(tmp) / "candidate")
+        best = s.worktree.export(staged if against_self else baseline_sha, Path(tmp) / "best")
+        req = GateRequest(engine=cand, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
                           seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
                           workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s,
                           parity_lengths=tuple(g["parity_lengths"]) if g.get("parity_lengths") else None,

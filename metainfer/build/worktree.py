@@ -126,8 +126,12 @@ class TargetWorktree:
         self.repo.git.commit("--no-verify", "-q", "-m", message, env={**os.environ, **env})
         return self.head_sha()
 
+    def staged_tree(self) -> str:
+        """The tree object of what is staged (``git write-tree``): exactly what ``commit`` would record."""
+        return self.repo.git.write_tree()
+
     def export(self, sha: str, dest: Path) -> Path:
-        """Write the engine folder as of commit ``sha`` into ``dest`` and return ``dest/generated/<target>``.
+        """Write the engine folder as of commit (or tree) ``sha`` into ``dest`` and return ``dest/generated/<target>``.
 
         Raises:
             BuildError: the commit holds no engine folder.
