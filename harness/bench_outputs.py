@@ -4,8 +4,10 @@ Both engines passed parity, so on the same prompt their greedy outputs agree tok
 until a near-tie, where bf16 rounding may send them down different but equally legitimate paths.
 The check, on every prompt both were timed on:
 
-1. first tokens: at least ``MIN_AGREEMENT`` of them identical (``MIN_COMPARED`` or more compared);
-   a candidate output without a baseline twin (a prompt only the candidate was timed on: decode-bs1
+1. first tokens: at least ``MIN_AGREEMENT`` of them agree (``MIN_COMPARED`` or more compared): identical, or a
+   near-tie, the candidate's first token within the margin of step 2 at position 0 (an honest change of rounding,
+   e.g. an fp32 engine against a bf16 baseline, flips near-ties on a random-weight model: red team R3's
+   ``fp32_cpu_engine`` lost 2-3 of 12-19 first tokens and was refused); a candidate output without a baseline twin (a prompt only the candidate was timed on: decode-bs1
    redraws its prompts when t_N <= t_1, which an engine can provoke) is judged by the baseline's
    teacher-forced top-1 instead, never skipped;
 2. every output that differs from the baseline's in any token (or has no twin) is teacher-forced through the
@@ -81,12 +83,15 @@ def check_outputs(candidate, baseline) -> OutputCheck:
         if not c:
             continue
         m = baseline.worker.call("engine.margins", prompt=list(prompt), tokens=list(c))
-        if b is None:
-            check.unpaired += 1
-            check.first_agree += int(int(m["top1"][0]) == c[0])
         gaps, stds = m["gap"].double(), m["std"].double()
         if gaps.shape[0] != len(c) or stds.shape[0] != len(c):
             raise BenchError(f"{baseline.name}: teacher-forced margins of {len(c)} tokens came back with {gaps.shape[0]} rows")
+        if b is None:
+            check.unpaired += 1
+            check.first_agree += int(int(m["top1"][0]) == c[0])
+        elif c[:1] != b[:1]:  # a near-tie at the first token agrees; an implausible one does not
+            g0, s0 = float(gaps[0]), float(stds[0])
+            check.first_agree += int(s0 > 0 and g0 / s0 <= MARGIN_STD)
         for g, s in zip(gaps.tolist(), stds.tolist()):
             ratio = g / s if s > 0 else math.inf
             check.teacher_forced += 1
