@@ -153,7 +153,17 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     assert st["status"] == "interrupted" and f"metainfer build --resume {run.name} --runs-dir {runs}" in st["stop_reason"]
     assert not any(exports.glob("metainfer-best-*")), list(exports.iterdir())
     stat = Path(f"/proc/{gate_pid}/stat")
-    assert not stat.exists() or stat.read_text().split()[2] == "Z"  # the gate died with the loop
+
+    def gone() -> bool:
+        try:
+            return stat.read_text().split()[2] == "Z"
+        except OSError:
+            return True
+
+    deadline = time.monotonic() + 5.0  # killed and reaped by the loop, or (parent-death signal) still exiting
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone()  # the gate died with the loop
     page = (run / "summary.html").read_text()
     assert "interrupted" in page and f"metainfer build --resume {run.name}" in page
     assert 'id="in-flight"' in page and "iteration 0 was in flight" in page

@@ -165,12 +165,12 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
         log.flush()
         proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=_die_with_parent)
-        if on_start is not None:
-            on_start(proc.pid)
         seen, offset = 0, len(("$ " + " ".join(argv) + "\n").encode())
         rc: int | None = None
         timed_out = False
         try:
+            if on_start is not None:  # inside the try: a Ctrl-C while it saves the pid still takes the gate down
+                on_start(proc.pid)
             while True:
                 try:
                     rc = proc.wait(timeout=_POLL_S)
