@@ -22,6 +22,8 @@ earlier. Nothing is executed here. The rules (name tables and the threads decisi
 - ``path-escape``: an absolute path literal, a ``..`` component, or ``__file__`` climbed past the
   engine folder (``parents[i]`` / ``.parent`` chains / ``os.path.dirname`` nesting).
 - ``monkeypatch``: assigning an attribute of an imported module, or ``setattr`` on torch/numpy/builtins/...
+- ``env-write``: changing the process environment (``os.environ[k] = v``, ``os.environ.update``, ``os.putenv``,
+  ``os.environ`` handed on as a value; ``harness.static_env``): libraries run what it names.
 
 A capability is refused however it is named: a refused module reached as another module's attribute
 (``torch.multiprocessing``, ``os.sys``, ``numpy.ctypeslib.ctypes``), a dunder name built from pieces
@@ -35,10 +37,11 @@ from __future__ import annotations
 
 import ast
 
+from harness.static_env import EnvRules
 from harness.static_findings import Finding
 from harness.static_patches import PatchRules
 from harness.static_rules import (
-    ALLOWED_METAINFER, DYNAMIC_TARGETS, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
+    ALLOWED_METAINFER, CONFIG_PREFIXES, DYNAMIC_TARGETS, ENV_WHY, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
     FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, UNPICKLING_KEYWORDS, WRITE_METHODS,
 )
 from harness.static_strings import StringRules
@@ -82,8 +85,9 @@ def _writes(mode: ast.AST | None) -> bool:
     return True
 
 
-class _Visitor(StringRules, PatchRules):
-    """Every rule on one engine file: imports, references, calls and paths here, strings and assignments in the bases."""
+class _Visitor(StringRules, PatchRules, EnvRules):
+    """Every rule on one engine file: imports, references, calls and paths here; strings, assignments and the
+    environment in the bases."""
 
     def __init__(self, rel: str, depth: int) -> None:
         super().__init__(rel, depth)
@@ -105,14 +109,14 @@ class _Visitor(StringRules, PatchRules):
                 if forbidden_module(node.module) is None and (why := forbidden_module(full)) is not None:
                     self.add(node, "forbidden-import", why)
                 elif (why := _forbidden_callable(full) or FORBIDDEN_ATTRS.get(full)) is not None:
-                    self.add(node, "forbidden-call", f"imports {full}: {why}")
+                    self.add(node, "env-write" if why == ENV_WHY else "forbidden-call", f"imports {full}: {why}")
         self.generic_visit(node)
 
     # references ------------------------------------------------------------------------------
     def _reference(self, node: ast.AST, name: str) -> None:
         """Rules on a dotted name referenced anywhere (called or not)."""
         if (why := _forbidden_callable(name)) is not None:
-            rule = "file-write" if "writes no files" in why else "forbidden-call"
+            rule = "file-write" if "writes no files" in why else "env-write" if why == ENV_WHY else "forbidden-call"
             self.add(node, rule, f"uses {name}: {why}")
         elif name in FORBIDDEN_ATTRS:
             self.add(node, "forbidden-call", f"reads {name}: {FORBIDDEN_ATTRS[name]}")
@@ -129,11 +133,15 @@ class _Visitor(StringRules, PatchRules):
             self.add(node, "forbidden-call", f"uses {node.id}: it reaches builtins or the module loader")
         elif isinstance(node.ctx, ast.Load) and not self.bound(node.id):
             self._reference(node, self.resolve(node.id))
+        if not self.bound(node.id):
+            self._environment(node, self.resolve(node.id))
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = self.dotted(node)
         if name is not None:
             self._reference(node, name)
+        self._environment(node, name)
+        self._config_setter(node, name)
         if node.attr in INTROSPECTION_ATTRS:
             self.add(node, "forbidden-call", f"reads .{node.attr}: frames, code objects and globals could reach the judge's data")
         elif node.attr in MODULE_ATTRS and name != node.attr and (name is None or forbidden_module(name) is None):
@@ -190,6 +198,9 @@ class _Visitor(StringRules, PatchRules):
             target = self.dotted(first)
             if target is not None and target.split(".")[0] in DYNAMIC_TARGETS:
                 self.add(node, "forbidden-call", f"{name}({target}) reads a module's namespace: name the function")
+        if name in ("vars", "builtins.vars") and first is not None and ((self.dotted(first) or "") + ".").startswith(CONFIG_PREFIXES):
+            self.add(node, "monkeypatch", f"vars({self.dotted(first)}) reaches a torch configuration module's flags past the "
+                     "rule on them: assign a flag alone, a constant")
         if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and first is not None:
             target = self.dotted(first)
             if target is not None and target.split(".")[0] in PATCH_ROOTS:

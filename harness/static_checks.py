@@ -8,7 +8,8 @@ Every finding names the file and line (``harness.static_ast.Finding``). The chec
    no bytecode, extension modules, ``.pth`` files, coding cookies, links); every ``.py`` compiles and
    obeys the AST rules of ``harness.static_ast`` (forbidden imports and calls, file writes, paths out
    of the folder, monkeypatching);
-3. size: only source-like files (``ALLOWED_SUFFIXES``), each at most ``max_file_bytes``, all
+3. size: only source-like files (``ALLOWED_SUFFIXES``, and a small ``.gitignore`` that ignores none of the
+   engine's files), each at most ``max_file_bytes``, all
    together at most ``max_total_bytes`` and ``max_files`` (no cached tensors or binaries);
 4. ``engine/tunables.json`` parses as ``{"values", "space"}`` with every value in its space;
 5. only when 1-4 pass: the engine is imported under an audit hook
@@ -27,6 +28,9 @@ from harness.static_ast import Finding, check_source
 from harness.static_files import check_files
 
 ALLOWED_SUFFIXES = {".py", ".json", ".md", ".txt", ".cu", ".cuh", ".cpp", ".h", ".c", ".toml", ".cfg", ".yaml", ".yml"}
+#: Files allowed by their whole name (no source suffix): small UTF-8 text, checked by ``_check_gitignore``.
+ALLOWED_NAMES = {".gitignore"}
+GITIGNORE_MAX_BYTES = 8 * 1024
 _SKIP_DIRS = {".git"}
 
 
@@ -99,6 +103,45 @@ def _check_no_repository(engine_dir: Path) -> list[Finding]:
             for p in sorted(engine_dir.rglob(".git"))]
 
 
+def _check_gitignore(engine_dir: Path, path: Path, files: list[Path]) -> list[Finding]:
+    """A ``.gitignore`` is housekeeping: small UTF-8 text that ignores none of the engine's files. The build commits
+    its worktree with ``git add -A``, so an ignored file would be judged by the gate and missing from the commit that
+    records the accepted engine. Patterns are matched broadly (``fnmatch``, ``*`` crossing ``/``; ``!`` lines skipped):
+    a pattern that might hide a shipped file is refused."""
+    import fnmatch
+
+    rel = path.relative_to(engine_dir).as_posix()
+    data = path.read_bytes()
+    if len(data) > GITIGNORE_MAX_BYTES:
+        return [Finding(rel, None, "size", f"{len(data)} bytes > limit {GITIGNORE_MAX_BYTES} for a .gitignore")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        return [Finding(rel, None, "size", "a .gitignore is UTF-8 text")]
+    here = path.parent
+    shipped = [f.relative_to(here).as_posix() for f in files if here in f.parents]
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        pat = line.strip()
+        if not pat or pat.startswith(("#", "!")):
+            continue
+        pat = pat.rstrip("/")
+        anchored = "/" in pat
+        pat = pat.lstrip("/")
+        for f in shipped:
+            parts = f.split("/")
+            prefixes = ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]
+            hit = any(fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase(p, "*/" + pat) for p in prefixes) if anchored \
+                else any(fnmatch.fnmatchcase(part, pat) for part in parts)
+            if hit:
+                out.append(Finding(rel, i, "gitignore", f"{line.strip()!r} ignores {f}, a file of the engine: the build's commit "
+                                   "would not hold what the gate judged; ignore only what the engine does not ship"))
+                break
+    return out
+
+
 def _check_tunables(engine_dir: Path) -> list[Finding]:
     rel = "engine/tunables.json"
     path = engine_dir / rel
@@ -154,7 +197,9 @@ def run_static(engine_dir: str | Path, checkpoint_dir: str | Path | None = None,
         res.total_bytes += size
         if rel in flagged:
             continue  # bytecode, native code, a bad encoding: said once already
-        if p.suffix not in ALLOWED_SUFFIXES:
+        if p.name in ALLOWED_NAMES:
+            res.findings += _check_gitignore(engine_dir, p, files)
+        elif p.suffix not in ALLOWED_SUFFIXES:
             res.findings.append(Finding(rel, None, "size", f"file type {p.suffix or '(none)'} not allowed in an engine (source only: {', '.join(sorted(ALLOWED_SUFFIXES))})"))
         elif size > limits.max_file_bytes:
             res.findings.append(Finding(rel, None, "size", f"{size} bytes > limit {limits.max_file_bytes}: engine files are source, not data"))

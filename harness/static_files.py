@@ -10,6 +10,8 @@ interpreter decode it differently (``# coding: utf-7`` turns ``+AAo-`` into a ne
 - ``extension-module``: ``.so``/``.pyd``/``.dll``/``.dylib`` or a file with ELF, PE or Mach-O magic;
 - ``pth``: a ``.pth`` file;
 - ``encoding``: a ``.py`` file that is not strict UTF-8, or declares a coding other than utf-8;
+- ``script``: any file starting with ``#!`` whatever its name (``cc.txt``, ``x.py``): a program the kernel runs when
+  something names it (``CXX=engine/cc.txt``); an engine ships source that Python or a compiler reads, never a script;
 - ``symlink``: a link (it could point anywhere);
 - ``layout``: a ``.py`` file outside the ``engine/`` package (a folder on ``sys.path`` would let it
   shadow ``torch`` or the judge).
@@ -91,8 +93,12 @@ def check_files(engine_dir: Path, entries: list[Path]) -> list[Finding]:
                 out.append(Finding(rel, None, "bytecode", "cached bytecode folder: Python would run it instead of the source the checks read; delete it"))
         elif (f := _kind(p, rel)) is not None:
             out.append(f)
-        elif p.suffix == ".py":
-            if not rel.startswith("engine/"):
-                out.append(Finding(rel, None, "layout", "Python source outside engine/: an engine's code lives in its engine package"))
-            out += check_encoding(p.read_bytes(), rel)
+        else:
+            if _magic(p).startswith(b"#!"):
+                out.append(Finding(rel, 1, "script", "starts with '#!': a script the system runs when a library is pointed at it "
+                                   "(a compiler or tool named by a path); an engine ships no scripts, drop the '#!' line"))
+            if p.suffix == ".py":
+                if not rel.startswith("engine/"):
+                    out.append(Finding(rel, None, "layout", "Python source outside engine/: an engine's code lives in its engine package"))
+                out += check_encoding(p.read_bytes(), rel)
     return out

@@ -32,6 +32,13 @@ class RuleVisitor(ScopeTracker):
         super().__init__()
         self.rel, self.depth = rel, depth  # depth: parent hops from the file to the engine folder
         self.findings: list[Finding] = []
+        self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent node, for rules on how a node is used
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for parent in ast.walk(node):
+            for child in ast.iter_child_nodes(parent):
+                self.parents[id(child)] = parent
+        super().visit_Module(node)
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
         f = Finding(self.rel, getattr(node, "lineno", None), rule, msg)

@@ -17,6 +17,9 @@ synchronise) and needs none.
 
 from __future__ import annotations
 
+#: Why an environment write is refused (rule ``env-write``; ``harness.static_env``).
+ENV_WHY = ("changes the process environment: libraries read it and run what it names (CXX, CC, TORCHINDUCTOR_*, TRITON_*); "
+           "an engine reads it only (os.environ.get, os.getenv, `in`)")
 #: Module roots an engine may not import: the reference model and the judge, processes, network, pickle,
 #: loaders of non-source code, native code, threads and after-exit hooks.
 FORBIDDEN_ROOTS: dict[str, str] = {
@@ -69,6 +72,7 @@ FORBIDDEN_CALLS: dict[str, str] = {
                     "processes are off limits"),
     **dict.fromkeys(("os._exit", "os.abort", "sys.exit", "exit", "quit"),
                     "an engine never ends the process (the judge decides and writes the verdict)"),
+    **dict.fromkeys(("os.putenv", "os.unsetenv"), ENV_WHY),
     **dict.fromkeys(("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
                      "inspect.stack", "inspect.currentframe", "inspect.getouterframes", "inspect.getinnerframes",
                      "inspect.trace", "inspect.getframeinfo", "traceback.walk_stack", "traceback.walk_tb",
@@ -121,6 +125,32 @@ WRITE_METHODS = {"write_text", "write_bytes", "unlink", "rmdir", "touch", "mkdir
 #: Dynamo/Inductor knobs): they change how the engine's own worker computes, which parity and the bench then judge,
 #: and no code the judge runs there (harness.worker_main) reads them. Any other assignment to a module is a patch.
 CONFIG_PREFIXES = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.", "torch._functorch.config.")
+#: String values allowed for a few configuration flags (beside the plain constants of every flag): the TF32 API of
+#: torch >= 2.9 (``fp32_precision``) and Inductor's autotuning backend lists. A flag maps to its choices and the
+#: separator of a list (None: one choice); a string for any other flag is refused, since strings are how a flag names
+#: a program, a path or a command (``torch._inductor.config.cpp.cxx``, ``cuda.cutlass_dir``).
+_FP32 = (frozenset({"ieee", "tf32", "bf16", "none"}), None)
+_GEMM = (frozenset({"ATEN", "TRITON", "CPP", "CUTLASS", "CK", "CKTILE", "CUTEDSL", "NVGEMM"}), ",")
+STRING_FLAGS: dict[str, tuple[frozenset[str], str | None]] = {
+    **dict.fromkeys(("torch.backends.fp32_precision", "torch.backends.cuda.matmul.fp32_precision",
+                     "torch.backends.cudnn.fp32_precision", "torch.backends.cudnn.conv.fp32_precision",
+                     "torch.backends.cudnn.rnn.fp32_precision", "torch.backends.mkldnn.fp32_precision",
+                     "torch.backends.mkldnn.matmul.fp32_precision", "torch.backends.mkldnn.conv.fp32_precision",
+                     "torch.backends.mkldnn.rnn.fp32_precision"), _FP32),
+    "torch._inductor.config.max_autotune_gemm_backends": _GEMM,
+    "torch._inductor.config.max_autotune_conv_backends": (frozenset({"ATEN", "TRITON"}), ","),
+}
+#: Members of torch's configuration modules (``torch.utils._config_module``) that set flags past the constant rule
+#: (``load_config`` also unpickles bytes); ``patch`` is checked like an assignment (``harness.static_patches``).
+CONFIG_SETTERS = frozenset({"load_config", "_make_closure_patcher", "__setattr__", "__delattr__", "_set_alias_val", "_config",
+                            "__dict__"})
+#: The process environment (``harness.static_env``): libraries read it and run what it names (``CXX``, ``CC``,
+#: ``TORCHINDUCTOR_*``, ``TRITON_*``), so an engine reads it and never writes it.
+ENV_OBJECTS = ("os.environ", "os.environb")
+#: Attribute names of the environment objects that only read (every other one, ``update``, ``_data``, ..., is refused).
+ENV_READERS = frozenset({"get", "copy"})
+#: Attribute names that change the environment on any object (``__import__('os').putenv``).
+ENV_SETTERS = frozenset({"putenv", "unsetenv"})
 #: setattr on objects under these roots patches what the judge computes with
 PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
 #: Modules whose attributes, looked up by a computed name or through their namespace, reach any import, file or process.

@@ -12,7 +12,10 @@ import ast
 import re
 
 from harness.static_findings import RuleVisitor
-from harness.static_rules import INTROSPECTION_ATTRS, PROC_WORDS
+from harness.static_rules import ENV_OBJECTS, ENV_SETTERS, INTROSPECTION_ATTRS, PROC_WORDS
+
+#: names of the environment's writers, refused as whole strings (``getattr(m, 'putenv')``): ``harness.static_env``
+_ENV_WORDS = {o.rsplit('.', 1)[1] for o in ENV_OBJECTS} | ENV_SETTERS
 
 
 def _pieces(node: ast.AST) -> list[str] | None:
@@ -109,6 +112,9 @@ class StringRules(RuleVisitor):
                      "and builtins are off limits")
         elif v in PROC_WORDS or v.startswith("/proc/"):
             self.add(node, "forbidden-call", f"names {v!r}: the judge's process state (/proc, its command line) is off limits")
+        elif v in _ENV_WORDS:
+            self.add(node, "env-write", f"names {v!r}: the process environment is read with os.environ.get / os.getenv, "
+                     "never reached by a string name or changed")
         elif "\n" not in v and " " not in v and ((v.startswith("/") and v.count("/") >= 2 and len(v) > 3) or v.startswith("~/")
                                                    or v == ".." or "../" in v or v.endswith("/..")):
             self.add(node, "path-escape", f"path literal {v!r} points outside the engine folder; the engine reads only its own files and the checkpoint it is given")

@@ -164,6 +164,49 @@ BAD = [
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = abs", "monkeypatch", "may be set to a constant"),
     ("import torch\ntorch.backends.cudnn.benchmark, _x = True, 0", "monkeypatch", "may be set to a constant"),
     ("import torch._inductor.config as ic\nic.cpp.cxx = 'sh'", "monkeypatch", "may be set to a constant"),
+    # session 4 (string_backend_flags): strings only on the precision/backend-choice flags, and only their choices;
+    # a flag naming a program, path or command takes no string
+    ("import torch._inductor.config as ic\nic.cpp.cxx = 'g++'", "monkeypatch", "a string only on the precision"),
+    ("import torch._inductor.config as ic\nic.cuda.cutlass_dir = 'cutlass'", "monkeypatch", "a string only on the precision"),
+    ("import torch._inductor.config as ic\nic.max_autotune_gemm_backends = 'ATEN,engine/cc.txt'", "monkeypatch",
+     "max_autotune_gemm_backends"),
+    ("import torch\ntorch.backends.cuda.matmul.fp32_precision = 'sh cc.txt'", "monkeypatch", "one of their choices"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = 'tf32'", "monkeypatch", "a string only on the precision"),
+    # ... and a flag set through the configuration module's own setters takes no more than an assignment
+    ("import torch._inductor.config as ic\nP = ic.patch({'cpp.cxx': 'cc.txt'})", "monkeypatch", "sets torch._inductor.config.cpp.cxx"),
+    ("import torch._inductor.config as ic\nP = ic.patch('cpp.cxx', 'g++')", "monkeypatch", "sets torch._inductor.config.cpp.cxx"),
+    ("import torch._inductor.config as ic\nP = ic.patch(cpp={'cxx': 'g++'})", "monkeypatch", "sets torch._inductor.config.cpp"),
+    ("import torch._inductor.config as ic\nD = {}\nP = ic.patch(**D)", "monkeypatch", "computed mapping"),
+    ("import torch._inductor.config as ic\nP = ic.patch", "monkeypatch", "uncalled"),
+    ("import torch._inductor.config as ic\nic.cpp.__setattr__('cxx', 'g++')", "monkeypatch", "config.cpp.__setattr__"),
+    ("import torch._inductor.config as ic\nic.load_config(b'')", "monkeypatch", "config.load_config"),
+    ("import torch._inductor.config as ic\nC = vars(ic)", "monkeypatch", "vars(torch._inductor.config)"),
+    # session 4 (inductor_cxx_env): the process environment is read, never written, under any alias or form
+    ("import os\nos.environ['CXX'] = 'engine/cc.txt'", "env-write", "sets an item of os.environ"),
+    ("from os import environ\nenviron['CC'] = 'cc.txt'", "env-write", "sets an item of os.environ"),
+    ("import os as o\ndel o.environ['CXX']", "env-write", "deletes an item of os.environ"),
+    ("import os\nos.environ['PATH'] += ':engine'", "env-write", "sets an item of os.environ"),
+    ("from os import environ as E\nE |= {'CXX': 'cc.txt'}", "env-write", "augments os.environ in place"),
+    ("import os\ne = os.environ\ndef f():\n    e['CXX'] = 'cc.txt'", "env-write", "sets an item of os.environ"),
+    ("import os\nos.environ.update(CXX='cc.txt')", "env-write", "os.environ.update"),
+    ("import os\nos.environ.setdefault('CXX', 'cc.txt')", "env-write", "os.environ.setdefault"),
+    ("import os\nos.environ.pop('CXX', None)", "env-write", "os.environ.pop"),
+    ("import os\nos.environ.popitem()", "env-write", "os.environ.popitem"),
+    ("import os\nos.environ.clear()", "env-write", "os.environ.clear"),
+    ("import os\nos.environ.__setitem__('CXX', 'cc.txt')", "env-write", "os.environ.__setitem__"),
+    ("import os\nos.environ.__delitem__('CXX')", "env-write", "os.environ.__delitem__"),
+    ("import os\nS = os.environ.setdefault\nS('CXX', 'cc.txt')", "env-write", "os.environ.setdefault"),
+    ("import os\nos.environ._data[b'CXX'] = b'cc.txt'", "env-write", "os.environ._data"),
+    ("import os\nos.environb[b'CXX'] = b'cc.txt'", "env-write", "sets an item of os.environb"),
+    ("from os import environb\nenvironb.update({b'CXX': b'cc.txt'})", "env-write", "os.environb.update"),
+    ("import os\nos.putenv('CXX', 'cc.txt')", "env-write", "os.putenv"),
+    ("import os as o\no.unsetenv('CXX')", "env-write", "os.unsetenv"),
+    ("from os import putenv", "env-write", "os.putenv"),
+    ("import os, collections.abc as c\nc.MutableMapping.update(os.environ, CXX='cc.txt')", "env-write", "as a value"),
+    ("import os\ndef f(env=os.environ):\n    env['CXX'] = 'cc.txt'", "env-write", "as a value"),
+    ("__import__('os').environ['CXX'] = 'cc.txt'", "env-write", "sets an item of <...>.environ"),
+    ("import importlib\nimportlib.import_module('os').putenv('CXX', 'cc.txt')", "env-write", ".putenv"),
+    ("import os\nB = getattr(os, 'environb')", "env-write", "'environb'"),
 ]
 
 
@@ -224,7 +267,19 @@ ALLOWED = [
     "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.benchmark = True",
     "import torch._dynamo\ntorch._dynamo.config.cache_size_limit = 64\ntorch._dynamo.config.recompile_limit: int = -1",
     "import torch._inductor.config as ic\nic.coordinate_descent_tuning = True\nic.triton.cudagraphs = False",
-    "import os\nos.environ['TRITON_PRINT_AUTOTUNING'] = '0'",
+    # session 4: the string-valued precision and backend-choice flags (string_backend_flags), and reading the
+    # environment (inductor_cxx_env refused only its writes)
+    "import torch\ntorch.backends.cuda.matmul.fp32_precision = 'tf32'\ntorch.backends.cudnn.conv.fp32_precision = 'tf32'",
+    "import torch\ntorch.backends.fp32_precision = 'ieee'\ntorch.backends.mkldnn.matmul.fp32_precision = 'bf16'",
+    "import torch._inductor.config as ic\nic.max_autotune_gemm_backends = 'ATEN,TRITON'\nic.max_autotune_conv_backends = 'aten'",
+    "import torch._inductor.config as ic\n@ic.patch(max_autotune=True, max_autotune_gemm_backends='ATEN,TRITON')\ndef f():\n    pass",
+    "import torch\nwith torch._dynamo.config.patch('cache_size_limit', 64), torch._inductor.config.patch({'triton.cudagraphs': False}):\n    C = torch._inductor.config.get_config_copy()",
+    "import os\nV = os.getenv('TRITON_INTERPRET') or os.environ.get('TRITON_INTERPRET', '0')",
+    "import os\nfrom os import environ\nX = 'HOME' in os.environ and 'CXX' not in environ\nY = os.environ['HOME']",
+    "import os\nE = os.environ.copy()\nE['CXX'] = 'g++'\nD = dict(os.environ)\nN = len(os.environ)",
+    "import os\nK = [k for k in os.environ if k.startswith('TRITON_')]\nfor k in os.environ:\n    pass",
+    "import os\ndef f():\n    env = os.environ\n    return env.get('A'), 'B' in env",
+    "class C:\n    def __init__(self):\n        self.env = {}\n        self.env['CXX'] = 'g++'\n        self.env.update(A='1')",
     "class S:\n    pass\ns = S()\ns.a, s.b = 1, 2\nfor s.c in range(2):\n    pass\ndel s.a",
 ]
 
@@ -335,6 +390,15 @@ PLANTED = [  # (relative path, bytes, rule): what Python could load that is not 
     ("engine/u7.py", b"# coding: utf-7\nX = 1 #+AAo-import os\n", "encoding"),
     ("engine/l1.py", b"#!/usr/bin/env python\n# -*- coding: latin-1 -*-\nX = '\xe9'\n", "encoding"),
     ("engine/bad.py", b"X = '\xff\xfe'\n", "encoding"),
+    ("engine/cc.txt", b"#!/bin/sh\nexec g++ \"$@\"\n", "script"),  # inductor_cxx_env: CXX pointed at it
+    ("engine/run.py", b"#!/usr/bin/env python\nX = 1\n", "script"),
+    ("engine/kernels/k.cu", b"#!/bin/bash\n", "script"),
+    ("engine/.gitignore", b"*.py\n", "gitignore"),  # the build's commit would lack what the gate judged
+    ("engine/.gitignore", b"/tunables.json\n", "gitignore"),
+    (".gitignore", b"engine/*.json\n", "gitignore"),
+    ("engine/.gitignore", b"x" * 9000 + b"\n", "size"),
+    ("engine/.gitignore", b"\xff\xfe__pycache__\n", "size"),
+    ("engine/.gitattributes", b"*.py filter=x\n", "size"),  # only .gitignore is allowed by name
     ("torch.py", b"X = 1\n", "layout"),  # would shadow torch for a process started in the engine folder
 ]
 
@@ -350,7 +414,11 @@ def test_only_utf8_py_source_can_be_loaded(tmp_path, rel, data, rule):
 
 HONEST_FILES = [  # look-alikes that are plain source or data and must pass
     ("engine/u8.py", b"# -*- coding: utf-8 -*-\nX = '\xc3\xa9'\n"),
-    ("engine/u8b.py", b"#!/usr/bin/env python\n# vim: set fileencoding=UTF-8 :\nX = 1\n"),
+    ("engine/u8b.py", b"# a helper\n# vim: set fileencoding=UTF-8 :\nX = 1\n"),
+    ("engine/notes.md", b"# notes\n\nA script starts with #!/bin/sh; none ships here.\n"),
+    ("engine/k.txt", b" #!/bin/sh (not at the start)\n"),
+    ("engine/.gitignore", b"# housekeeping\n__pycache__/\n.autotune/\n*.pyc\n!keep.pyc\n"),  # engine_gitignore
+    (".gitignore", b"/.cache/\nscratch/\n"),
     ("engine/bom.py", b"\xef\xbb\xbfX = 1\n"),
     ("engine/late.py", b"X = 1\nY = 2\n# coding: latin-1 (line 3: Python ignores it)\n"),
     ("engine/kernels/NOTES.txt", b"tile sizes: 64 x 64\n"),
