@@ -30,7 +30,9 @@ from harness.nonce import prompt_seed
 from harness.worker import EngineError, Worker, WorkerLimits
 from harness.worker_procs import paused
 from harness.workload_roofline import roofline_figure
-from harness.workloads import CPU_SHAPES, FULL_SHAPES, BenchError, Runner, Shapes, Workload, WorkerRunner, capacity, measure, parse_workloads
+from harness.workloads import (
+    CPU_SHAPES, FULL_SHAPES, BenchError, Capacity, Runner, Shapes, Workload, WorkerRunner, capacity, measure, parse_workloads,
+)
 from metainfer.targets import GpuProfile
 
 
@@ -47,6 +49,8 @@ class BenchConfig:
         shapes: ``FULL_SHAPES`` on a GPU, ``CPU_SHAPES`` scaled down.
         device: ``"cuda"`` or ``"cpu"``.
         gpu: the GPU profile for roofline figures.
+        load_capacity: the ``engine.load`` capacity to ask for at least (the gate's, ``gate_stages.gate_capacity``: the
+            same for every stage); each load asks for its union with the workloads' ``capacity``. None: theirs alone.
     """
 
     workloads: list[str]
@@ -59,6 +63,7 @@ class BenchConfig:
     nonce: int | None = None
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     isolation: str | None = None
+    load_capacity: Capacity | None = None
 
     @property
     def prompt_seed(self) -> int:
@@ -99,11 +104,12 @@ def summary(samples: list[float]) -> dict:
 
 def start_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, config: BenchConfig, vocab: int,
                  deadline: float | None = None) -> tuple[WorkerRunner, float]:
-    """Start one engine's worker and send it ``load`` (cache sized by ``harness.workloads.capacity``); returns the runner
+    """Start one engine's worker and send it ``load`` (cache sized by ``harness.workloads.capacity``, united with
+    ``config.load_capacity``); returns the runner
     and the load's deadline, for :func:`finish_load` (two engines load side by side)."""
     worker = Worker("engine", engine_dir=engine_dir, limits=config.limits, isolation=config.isolation)
     worker.stage_deadline = deadline
-    cap = capacity(parse_workloads(config.workloads), config.shapes)
+    cap = capacity(parse_workloads(config.workloads), config.shapes).union(config.load_capacity)
     try:
         import torch
 

@@ -234,7 +234,7 @@ def cpu_threads(device: str) -> int:
 def run_gate(args: GateArgs) -> GateResult:
     """Run the selected stages in order, stopping at the first red one; return the result (also written to ``args.json_out``)."""
     from harness import worker_isolation
-    from harness.gate_stages import close_shared, start_shared
+    from harness.gate_stages import close_shared, gate_capacity, start_shared
     from harness.nonce import fresh_nonce, stage_nonce
 
     threads = cpu_threads(args.device)
@@ -251,6 +251,8 @@ def run_gate(args: GateArgs) -> GateResult:
         "limits": asdict(limits)})
     integrity = _Integrity(args.checkpoint, isolation)
     result.meta["checkpoint_digest"] = integrity.checkpoint_digest
+    cap = gate_capacity(args)  # every engine worker's load arguments, whatever its stage
+    result.meta["load_capacity"] = asdict(cap) if cap is not None else None
     shared = start_shared(args, limits, isolation, stage_nonce(gate_nonce, "parity"))
     try:
         ok = _run_stages(args, result, integrity, limits, isolation, gate_nonce, shared)

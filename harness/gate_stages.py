@@ -74,6 +74,52 @@ def parity_lengths(a) -> tuple[int, ...]:
     return (*lengths, bench) if bench > max(lengths) else lengths
 
 
+def gate_capacity(a):
+    """The one ``engine.load`` capacity (``harness.workloads.Capacity``) of every engine worker of gate ``a``: the union
+    (max of each field) of what its selected stages need, so load's arguments say nothing about the stage:
+
+    - parity: one slot per prompt, the longest prompt (a seed-drawn length at its upper bound; the bench's longest
+      prompt when the gate adds it, ``parity_lengths``) + the decode steps + 1 (``harness.parity.parity_capacity``);
+    - bench: the selected workloads' ``harness.workloads.capacity`` (max S + 1 slots of max(P + N) + 8 tokens);
+    - profile: ``ProfileConfig.own_capacity`` (B + 1 slots of max(P, C + 2) + 8 tokens).
+
+    Why: ``tests/cheats/bench_from_load_capacity.py`` armed fp8 MoE activations when load() was asked for the bench's
+    capacity (5 x 32 on the CPU shapes) and stayed the template engine under parity's (11 x 977).
+
+    Memory (what it costs): on the CPU target (default workloads) every worker loads 11 x 977 (the bench's engines
+    5 x 32 before); the tiny model's state is a few MB either way. At full size (Qwen3.6-35B-A3B: 10 full-attention
+    layers of 2 KV heads x 256 in bf16, 20 KiB of KV per token and slot in the static cache the H200 renders,
+    ``kv_block_size`` 0; 30 GDN layers, 61.4 MiB of state per slot; the cache holds max_batch + 1 slots), with the
+    default workloads every worker loads 33 x 4033: 5.0 GB of KV + GDN state per engine, against 2.55 GB for each
+    bench engine (33 x 520) and 3.5 GB for parity's (23 x 4033) before: the bench's two engines take 4.9 GB more
+    together, parity's engine 1.5 GB more (beside the bf16 reference, ~70 GB, and ~20 GB of engine weights).
+    conc128 instead of conc32: 129 x 4033, 19.1 GB per engine (the bench's 6.6 GB before). conc128 with ttft-8k:
+    129 x 8225, 30.3 GB per engine (the bench's two engines had 2 x 21.9 GB before; parity's engine 5.6 GB, now
+    30.3 GB beside the reference: ~120 GB of the H200's 141 before activations). conc128 with prefill-16k: the bench
+    alone already asked 2 x 51 GB of state (130 x 16009; it never fit one H200 with the weights), the union adds
+    0.07 GB per engine. A paged KV cache (``kv_block_size`` N) sizes its pool from free memory on CUDA, not from
+    max_seq_len; its GDN state still scales with max_batch.
+    """
+    from harness.bench import shapes_for
+    from harness.parity import parity_capacity
+    from harness.profile import ProfileConfig
+    from harness.prompts import default_steps
+    from harness.workloads import capacity, parse_workloads
+
+    caps = []
+    if "parity" in a.stages:
+        caps.append(parity_capacity(parity_lengths(a), a.parity_steps or default_steps(a.device)))
+    shapes = shapes_for(a.scale)
+    if "bench" in a.stages:
+        caps.append(capacity(parse_workloads(list(a.workloads)), shapes))
+    if "profile" in a.stages:
+        from metainfer.targets import get_gpu
+
+        caps.append(ProfileConfig(prompt=shapes.prompt, batch=a.profile_batch, context=shapes.prompt, seed=a.seed,
+                                  device=a.device, gpu=get_gpu(a.gpu)).own_capacity())
+    return caps[0].union(*caps[1:]) if caps else None
+
+
 def stage_parity(ctx: StageContext) -> StageOutcome:
     """Engine against the HF reference (``harness.parity.run_parity``), both in workers."""
     from harness.parity import run_parity
@@ -82,7 +128,7 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     quick = {k: v for k, v in (("lengths", parity_lengths(a)), ("steps", a.parity_steps)) if v is not None}
     res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                      isolation=ctx.isolation, reference=ctx.shared.get("reference"),
-                     engine_worker=ctx.shared.pop("engine_worker", None), **quick)
+                     engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=gate_capacity(a), **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
     data = res.to_json()
@@ -105,7 +151,7 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
 
     a = ctx.args
     config = BenchConfig(list(a.workloads), a.rounds, a.seed, shapes_for(a.scale), a.device, get_gpu(a.gpu),
-                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation)
+                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=gate_capacity(a))
     res = run_bench(a.engine, a.checkpoint, config, a.baseline)
     return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
 
@@ -126,7 +172,7 @@ def stage_profile(ctx: StageContext) -> StageOutcome:
     limit = a.profile_timeout or (ctx.limits.load_s + ctx.limits.call_s)
     config = ProfileConfig(prompt=shapes.prompt, batch=a.profile_batch, context=shapes.prompt, seed=a.seed,
                            device=a.device, gpu=get_gpu(a.gpu), nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation,
-                           limit_s=limit)
+                           limit_s=limit, load_capacity=gate_capacity(a))
     try:
         res = run_profile(a.engine, a.checkpoint, config)
     except ProfileError as err:

@@ -30,10 +30,11 @@ from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache, default_reference_dtype
 from harness.tolerances import Tolerance, get_tolerance
 from harness.worker import EngineError, Worker, WorkerFailure, WorkerLimits
+from harness.workloads import Capacity
 from metainfer.errors import MetainferError
 
-__all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_reference_dtype", "format_table", "prompt_seed",
-           "run_parity"]
+__all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_reference_dtype", "format_table", "parity_capacity",
+           "prompt_seed", "run_parity"]
 
 
 class EngineDirError(MetainferError):
@@ -52,6 +53,13 @@ def _reference_runs(reference: ReferenceCache, prompts: list[Prompt], steps: int
     phase.done("reference: %d prompts (%d tokens) + %d steps each in %.1f s", len(prompts),
                sum(len(p.tokens) for p in prompts), steps)
     return refs
+
+
+def parity_capacity(lengths: tuple[int, ...], steps: int) -> Capacity:
+    """What parity's runs need of ``engine.load``: one slot per prompt (the batched run holds them all), the longest
+    prompt + ``steps`` + 1 tokens each. A ``SeedDrawn`` length counts as its upper bound, so the figure does not
+    depend on the draw (nor, through it, on the secret nonce)."""
+    return Capacity(len(lengths), max(int(n) for n in lengths) + steps + 1)
 
 
 def _worst(errs: list[float]) -> float:
@@ -79,6 +87,7 @@ def run_parity(
     limits: WorkerLimits | None = None,
     isolation: str | None = None,
     engine_worker: Worker | None = None,
+    load_capacity: Capacity | None = None,
 ) -> ParityResult:
     """Run the parity stage of the engine in ``engine_dir`` on the checkpoint in ``checkpoint_dir``.
 
@@ -96,6 +105,9 @@ def run_parity(
         limits, isolation: worker call limits and isolation level (``harness.worker``).
         engine_worker: a started ``engine`` worker holding a copy of ``engine_dir`` to use (the gate passes
             its static stage's worker); None: one is started. Either way it is closed at the end.
+        load_capacity: the ``engine.load`` capacity to ask for at least (the gate passes the same one to every stage,
+            ``harness.gate_stages.gate_capacity``, so load's arguments do not tell parity from the bench); the load
+            asks for its union with :func:`parity_capacity`.
     Returns:
         ``ParityResult``; an engine that raises, overruns a limit (``verdict == "timeout"``) or dies
         (``"crashed"``) makes a failed result, not an exception.
@@ -128,14 +140,15 @@ def run_parity(
     reference.start()
     worker = engine_worker or Worker("engine", engine_dir=engine_dir, limits=limits, isolation=isolation)
     run = RunFigures()
+    cap = parity_capacity(lengths, steps).union(load_capacity)
     try:
         worker.stage_deadline = deadline
         # the engine loads in its worker while the reference works in its own (a full-size load takes tens of seconds)
         load, loading, failed = Phase(), None, None
         try:
             loading = worker.send("engine.load", timeout=limits.load_s, pipelined=True, engine_dir=str(worker.engine_dir),
-                                  checkpoint=str(checkpoint_dir), device=device, max_batch=len(prompts),
-                                  max_seq_len=max(lengths) + steps + 1, threads=torch.get_num_threads())
+                                  checkpoint=str(checkpoint_dir), device=device, max_batch=cap.max_batch,
+                                  max_seq_len=cap.max_seq_len, threads=torch.get_num_threads())
         except WorkerFailure as err:  # the engine's worker is gone already: judged below, after the reference
             failed = err
         refs = _reference_runs(reference, prompts, steps, prompt_seed(seed, nonce))

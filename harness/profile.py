@@ -25,6 +25,7 @@ from pathlib import Path
 from harness import roofline
 from harness.profile_groups import DECODE_ROOFLINE_BASIS, DECODE_WEIGHT_OPS, GROUP_NAMES, group_of
 from harness.worker import EngineError, Worker, WorkerLimits
+from harness.workloads import Capacity
 from metainfer.targets import GpuProfile, get_quant
 
 PHASES = ("decode", "prefill")
@@ -58,6 +59,8 @@ class ProfileConfig:
         warmup: unprofiled runs of each phase first (compile, autotune, graph capture).
         limits: worker call limits; isolation: worker isolation (None: the strongest that works).
         limit_s: wall-clock limit of the whole stage, load included, seconds.
+        load_capacity: the ``engine.load`` capacity to ask for at least (the gate's, ``gate_stages.gate_capacity``);
+            the load asks for its union with :meth:`own_capacity`. None: that alone.
     """
 
     prompt: int
@@ -71,11 +74,17 @@ class ProfileConfig:
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     isolation: str | None = None
     limit_s: float = 600.0
+    load_capacity: Capacity | None = None
 
     def __post_init__(self) -> None:
         if self.prompt < 1 or self.batch < 1 or self.context < 1 or self.warmup < 0 or not self.limit_s > 0:
             raise ProfileError(f"profile shapes must be positive (prompt {self.prompt}, batch {self.batch}, context "
                                f"{self.context}, warmup {self.warmup} >= 0, limit {self.limit_s} s)")
+
+    def own_capacity(self) -> Capacity:
+        """What the profile's own runs need: B + 1 slots (B decode sequences and the prefill's prompt) of
+        max(P, C + warm-up + 1) + 8 tokens."""
+        return Capacity(self.batch + 1, max(self.prompt, self.context + self.warmup + 1) + 8)
 
 
 @dataclass(frozen=True)
@@ -267,11 +276,12 @@ def run_profile(engine_dir: str | Path, checkpoint_dir: str | Path, config: Prof
     decode_tokens = draw_prompts(seed + 2, 1, config.batch, vocab)[0]
     worker = Worker("engine", engine_dir=engine_dir, limits=config.limits, isolation=config.isolation)
     worker.stage_deadline = t0 + config.limit_s
+    cap = config.own_capacity().union(config.load_capacity)
     try:
         try:
             worker.call("engine.load", timeout=config.limits.load_s, engine_dir=str(worker.engine_dir),
-                        checkpoint=str(Path(checkpoint_dir).resolve()), device=config.device, max_batch=config.batch + 1,
-                        max_seq_len=max(config.prompt, config.context + config.warmup + 1) + 8, threads=torch.get_num_threads())
+                        checkpoint=str(Path(checkpoint_dir).resolve()), device=config.device, max_batch=cap.max_batch,
+                        max_seq_len=cap.max_seq_len, threads=torch.get_num_threads())
         except EngineError as err:
             raise ProfileError(f"candidate: load raised {err}") from None
         try:

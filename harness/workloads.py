@@ -136,6 +136,11 @@ class Capacity:
     max_batch: int
     max_seq_len: int
 
+    def union(self, *others: "Capacity | None") -> "Capacity":
+        """The capacity that holds this one and each of ``others`` (None skipped): the max of each field."""
+        caps = [self, *(o for o in others if o is not None)]
+        return Capacity(max(c.max_batch for c in caps), max(c.max_seq_len for c in caps))
+
 
 def capacity(workloads: list[Workload], scale: Shapes) -> Capacity:
     """The ``engine.load`` capacity for ``workloads`` at ``scale``: max S + 1 slots, max(P + N) + 8 tokens each.

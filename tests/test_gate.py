@@ -60,6 +60,7 @@ def test_static_only_gate_is_green_and_well_formed(rendered, tiny_checkpoint, tm
     assert isinstance(rec["seed"], int) and len(rec["harness_digest"]) == len(harness_digest()) == 64
     assert set(rec["env"]) >= {"gpu", "driver", "torch", "triton", "commit"} and rec["env"]["torch"] == torch.__version__
     assert [(s["name"], s["ok"], s["verdict"], s["error"]) for s in rec["stages"]] == [("static", True, "pass", None)]
+    assert rec["load_capacity"] is None  # no stage loads an engine
 
 
 @pytest.mark.slow
@@ -88,6 +89,7 @@ def test_green_gate_against_itself(rendered, tiny_checkpoint, tmp_path):
     assert rec["threads"] == 1  # one intra-op thread per process on the CPU (harness.gate.cpu_threads)
     assert rec["ok"] and [s["name"] for s in rec["stages"]] == ["static", "parity", "bench"]
     assert rec["parity_quick"] == {"lengths": [1, 17], "steps": 2} and rec["seed"] == 5
+    assert rec["load_capacity"] == {"max_batch": 2, "max_seq_len": 32}  # quick parity's 2 x 20 with decode-bs1's 2 x 32
     assert all(s["ok"] and s["seconds"] >= 0 for s in rec["stages"])
     assert rec["parity"]["ok"] and rec["parity"]["max_rel_err"] <= rec["parity"]["tolerance"]
     # quick parity pools 1 decode row per prompt: its consistency threshold is wider than the full set's
@@ -206,6 +208,75 @@ def test_parity_covers_the_longest_prompt_the_bench_times():
     assert parity_lengths(args("h200", "full", ("prefill-16k",), stages=("static", "parity"))) == GPU_LENGTHS
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == CPU_LENGTHS  # 96 and 64 tokens on the CPU
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
+
+
+class _LoadSeen(Exception):
+    """Raised by ``_LoadRecorder`` at an engine load, after recording it: the stage goes no further."""
+
+
+class _LoadRecorder:
+    """A stand-in for ``harness.worker.Worker`` that records ``engine.load``'s capacity and stops the stage there."""
+
+    loads: list[tuple[str, int, int]] = []
+
+    def __init__(self, role, *, engine_dir, **_kw):
+        self.role, self.engine_dir, self.stage_deadline = role, Path(engine_dir), None
+
+    def send(self, op, **kw):
+        assert op == "engine.load"
+        type(self).loads.append((self.role, kw["max_batch"], kw["max_seq_len"]))
+        raise _LoadSeen
+
+    call = send
+
+    def close(self):
+        pass
+
+
+class _FakeReference:
+    def __init__(self, checkpoint):
+        self.checkpoint, self.nonce, self.vocab_size, self.dtype = Path(checkpoint).resolve(), 3, 1024, "float32"
+
+    def start(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("gpu, scale, workloads, stages, lengths, want", [
+    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (11, 977)),
+    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench"), (1, 17), (5, 32)),
+    ("cpu", "cpu", ("conc128", "prefill-16k"), ("parity", "bench"), (1, 17), (9, 105)),
+    ("h200", "full", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (33, 4033)),
+    ("h200", "full", ("conc128", "ttft-8k"), ("parity", "bench", "profile"), None, (129, 8225)),
+])
+def test_every_stage_loads_the_engine_with_one_capacity(gpu, scale, workloads, stages, lengths, want, tiny_checkpoint,
+                                                        tmp_path, monkeypatch):
+    """Parity, both bench engines and the profile ask ``engine.load`` for the same (max_batch, max_seq_len): the union
+    of what each stage needs (``gate_capacity``), so load's arguments cannot tell an engine which stage it is in
+    (``tests/cheats/bench_from_load_capacity.py`` armed fp8 activations at the bench's capacity)."""
+    from harness import bench, parity, profile
+    from harness.gate import GateArgs
+    from harness.gate_stages import StageContext, gate_capacity, stage_bench, stage_parity, stage_profile
+    from harness.worker import WorkerLimits
+
+    (tmp_path / "e" / "engine").mkdir(parents=True)
+    (tmp_path / "e" / "engine" / "__init__.py").write_text("")
+    ck = tiny_checkpoint("bf16")
+    for mod in (bench, parity, profile):
+        monkeypatch.setattr(mod, "Worker", _LoadRecorder)
+    monkeypatch.setattr(_LoadRecorder, "loads", [])
+    a = GateArgs(tmp_path / "e", ck, tmp_path / "e", gpu, stages, 1, 2, scale, workloads, tmp_path / "g.json",
+                 parity_lengths=lengths, parity_steps=2 if lengths else None)  # the quick set: 2 steps
+    assert (gate_capacity(a).max_batch, gate_capacity(a).max_seq_len) == want
+    for stage in (stage_parity, stage_bench, stage_profile):
+        if stage.__name__.removeprefix("stage_") in stages:
+            with pytest.raises(_LoadSeen):
+                stage(StageContext(a, WorkerLimits(), "process", 7, {"reference": _FakeReference(ck)}))
+    roles = [r for r, _, _ in _LoadRecorder.loads]
+    assert len(roles) == sum(s in stages for s in ("parity", "bench", "profile"))
+    assert {(b, n) for _, b, n in _LoadRecorder.loads} == {want}
 
 
 @pytest.mark.parametrize("omp, want", [(None, 1), ("2", 2)])
