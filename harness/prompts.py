@@ -5,8 +5,8 @@ the result) so an engine cannot be tuned to a fixed prompt set. Lengths sit on b
 every internal boundary the engine has: 64-token GDN chunks and 64/128-wide attention tiles
 (63-65, 127-129), the 1-3 token edge cases (fewer keys than split-K decode splits), and, on a
 GPU, the split-K and prefill-chunk boundaries up to 2,048 (``prefill_chunk_tokens``) and beyond.
-The decode batch of all prompts together (11 on CPU, 23 on a GPU) is padded to a CUDA-graph
-bucket. One prompt per set is **drawn from the seed** (``SeedDrawn``): its length is uniform in
+The batched decode of all prompts (11 on CPU, 23 on a GPU) runs every batch size from 1 to that
+N (``harness.parity_engine.decode_schedule``), so every CUDA-graph bucket up to it is compared. One prompt per set is **drawn from the seed** (``SeedDrawn``): its length is uniform in
 a range, so an engine that limits full attention to a window just longer than the longest
 fixed prompt fails on it. Token ids are uniform over the whole vocabulary, nothing avoided
 (special and EOS ids included).

@@ -114,6 +114,49 @@ def test_layer_errors_name_first_bad_layer():
     assert first_bad_layer([0.01] * 5, [0.05] * 5) is None
 
 
+@pytest.mark.parametrize("batch, steps", [(11, 16), (23, 32), (24, 32), (2, 2), (1, 16), (5, 3)])
+def test_batched_decode_runs_every_batch_size(batch, steps):
+    """The batched teacher-forced run decodes at every batch size from N down to 1 (a path taken only at sizes parity
+    never ran, ``tests/cheats/fp8_acts_mid_batch_decode.py``, is compared), each sequence's steps once and in order."""
+    from harness.parity_engine import decode_schedule
+
+    sched = decode_schedule(batch, steps)
+    assert {len(call) for call in sched} == set(range(1, batch + 1))
+    assert len(sched) == steps + min(batch, steps) - 1
+    for i in range(batch):
+        assert [j for call in sched for k, j in call if k == i] == list(range(steps))
+    assert all(len({k for k, _ in call}) == len(call) for call in sched)
+
+
+def test_teacher_forced_logits_put_each_staggered_row_in_its_place():
+    """Rows of a staggered batched decode land at their sequence and step, whatever calls they came in."""
+    from harness.parity_engine import teacher_forced_logits
+    from harness.reference import ReferenceRun
+
+    class Fake:
+        def __init__(self):
+            self.sizes, self.released = [], None
+
+        def prefill(self, prompts, return_hidden=False, rows=None):
+            return {"slots": [10 + i for i in range(len(prompts))], "logits": [torch.zeros(len(p), 3) for p in prompts]}
+
+        def decode(self, slots, tokens):
+            self.sizes.append(len(slots))
+            return torch.tensor([[float(s), float(t), 0.0] for s, t in zip(slots, tokens)])
+
+        def release(self, slots):
+            self.released = slots
+
+    seqs = [ReferenceRun(prompt=[1] * (i + 1), continuation=[100 * i + j for j in range(4)], logits=torch.zeros(1))
+            for i in range(6)]
+    eng = Fake()
+    out = teacher_forced_logits(eng, seqs)
+    assert sorted(set(eng.sizes)) == [1, 2, 3, 4, 5, 6] and eng.released == [10, 11, 12, 13, 14, 15]
+    for i, (o, s) in enumerate(zip(out, seqs)):
+        assert o.shape == (len(s.prompt) + 4, 3)
+        assert o[len(s.prompt):, 0].tolist() == [10.0 + i] * 4 and o[len(s.prompt):, 1].tolist() == [float(t) for t in s.continuation]
+
+
 def test_prompts_are_seeded_and_cover_block_sizes():
     a, b = make_prompts(7, 1024), make_prompts(7, 1024)
     assert [p.tokens for p in a] == [p.tokens for p in b]
