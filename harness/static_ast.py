@@ -9,12 +9,16 @@ earlier. Nothing is executed here. The rules (name tables and the threads decisi
 - ``forbidden-import``: the reference model and the judge, process, network and pickle modules,
   loaders of non-source code (``importlib.machinery``/``util``, ``zipimport``, ``runpy``, ...),
   native code, threads; ``metainfer`` other than ``metainfer.checkpoint`` / ``metainfer.formats``;
-  also ``__import__`` / ``importlib.import_module`` of such names or of a computed name.
+  ``importlib.import_module`` loads only the engine's own modules (a relative name, ``f".{m}"``, against
+  ``__name__`` / ``__package__``) and ``__import__`` nothing: a module loaded by an absolute or computed name would
+  dodge the dotted-name rules (``importlib.import_module("os").system(...)``); neither is passed around uncalled.
 - ``forbidden-call``: a refused callable referenced at all (called, aliased or passed):
   ``torch.load``, ``os._exit``/``sys.exit``, ``eval``/``exec``/``compile``, frame and heap
   walking (``sys._getframe``, ``inspect.stack``, ``gc.get_referrers``, ``f_back``, ``__globals__``),
   ``sys.argv``, ``sys.modules``/``sys.path``, a module's namespace (``vars(os)``, ``sys.__dict__``),
-  ``getattr`` of such modules by a computed name, ``raise SystemExit``, words naming ``/proc``.
+  ``getattr`` of such modules by a computed name, ``raise SystemExit``, words naming ``/proc``; a watched module
+  (``WATCHED_MODULES``: ``os``, ``sys``, ``os.path``, ``importlib``, ...) used as a value rather than as the object of
+  an attribute access (``f(os)``, ``m = sys``, ``[io]``), since what receives it is out of the rules' sight.
 - ``file-write``: the capability to write a file: ``open``/``Path.open`` with a writing or
   computed mode, the builtin ``open`` passed around, pathlib's writing methods, ``os``/``shutil``
   writers. A method or local variable that merely has such a name (``cache.write``, a parameter
@@ -42,14 +46,23 @@ from harness.static_findings import Finding
 from harness.static_patches import PatchRules
 from harness.static_rules import (
     ALLOWED_METAINFER, CONFIG_PREFIXES, DYNAMIC_TARGETS, ENV_WHY, FORBIDDEN_ATTRS, FORBIDDEN_CALLS, FORBIDDEN_MODULES, FORBIDDEN_NAMES,
-    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, UNPICKLING_KEYWORDS, WRITE_METHODS,
+    FORBIDDEN_PREFIXES, FORBIDDEN_ROOTS, INTROSPECTION_ATTRS, MODULE_ATTRS, PATCH_ROOTS, UNPICKLING_KEYWORDS, WATCHED_MODULES,
+    WRITE_METHODS,
 )
 from harness.static_strings import StringRules
 
 __all__ = ["Finding", "check_source", "forbidden_module"]
 
-#: Calls whose first argument is module source or a module name.
+#: Calls whose first argument is a module name: ``importlib.import_module`` may load only the engine's own modules
+#: (a relative name against ``__name__`` / ``__package__``), ``__import__`` none (its package comes from a globals
+#: mapping the caller hands it); an import statement names what it loads, and the rules then check every use.
 _DYNAMIC_IMPORTS = {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
+_IMPORT_HINT = ("use an import statement (`import x` / `from x import y`) so the rules check its uses; "
+                "importlib.import_module may load only the engine's own modules: importlib.import_module(f'.{name}', __name__)")
+#: A module's identity: ``importlib.import_module('.x', __name__)`` resolves against it, so it is never rebound.
+_IDENTITY_ATTRS = ("__name__", "__package__")
+#: Getters whose first argument is an object read by name (a watched module may stand there; their own rules apply).
+_READ_GETTERS = {"getattr", "builtins.getattr", "hasattr", "builtins.hasattr"}
 _OPENERS = {"open", "builtins.open"}
 #: Attribute getters: passed around as values, their object and name are out of sight.
 _GETTERS = {"getattr", "builtins.getattr", "setattr", "builtins.setattr", "delattr", "builtins.delattr", "vars", "builtins.vars"}
@@ -101,6 +114,11 @@ class _Visitor(StringRules, PatchRules, EnvRules):
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for a in node.names if node.level else ():  # ``from .util import os``: a watched module under an engine name
+            if a.name in WATCHED_MODULES:
+                self.add(node, "forbidden-call", f"imports {a.name} from the engine's own module {'.' * node.level}"
+                         f"{node.module or ''}: a watched module handed on between modules dodges the rules on its uses; "
+                         f"import it by name (`import {a.name}`), or rename a module of your own called {a.name!r}")
         if node.level == 0 and node.module:
             if (why := forbidden_module(node.module)) is not None:
                 self.add(node, "forbidden-import", why)
@@ -124,6 +142,10 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             self.add(node, "file-write", "passes the builtin open around (its mode is out of sight): call open(path) to read")
         elif name in _GETTERS and id(node) not in self.called:
             self.add(node, "forbidden-call", f"passes {name} around (the object and the attribute name are out of sight): call it")
+        elif name in ("globals", "builtins.globals") and id(node) not in self.called:
+            self.add(node, "forbidden-call", "passes globals around (what writes the module's names is out of sight): call it")
+        elif name in _DYNAMIC_IMPORTS and (id(node) not in self.called or isinstance(node, ast.Call)):
+            self.add(node, "forbidden-call", f"passes {name} around (the module name it is given is out of sight): {_IMPORT_HINT}")
         if "." in name and isinstance(node, ast.Attribute) and (why := forbidden_module(name)) is not None \
                 and not why.startswith("imports metainfer"):  # torch.multiprocessing: a refused module reached as an attribute
             self.add(node, "forbidden-import", f"reaches {name} through its parent module: {why.split(': ', 1)[-1]}")
@@ -133,6 +155,7 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             self.add(node, "forbidden-call", f"uses {node.id}: it reaches builtins or the module loader")
         elif isinstance(node.ctx, ast.Load) and not self.bound(node.id):
             self._reference(node, self.resolve(node.id))
+            self._module_value(node, self.resolve(node.id))
         if not self.bound(node.id):
             self._environment(node, self.resolve(node.id))
 
@@ -140,6 +163,8 @@ class _Visitor(StringRules, PatchRules, EnvRules):
         name = self.dotted(node)
         if name is not None:
             self._reference(node, name)
+            if isinstance(node.ctx, ast.Load):
+                self._module_value(node, name)
         self._environment(node, name)
         self._config_setter(node, name)
         if node.attr in INTROSPECTION_ATTRS:
@@ -147,11 +172,31 @@ class _Visitor(StringRules, PatchRules, EnvRules):
         elif node.attr in MODULE_ATTRS and name != node.attr and (name is None or forbidden_module(name) is None):
             self.add(node, "forbidden-call", f"reaches the module {node.attr} as an attribute ({name or '.' + node.attr}): its rules "
                      f"would not apply; import it by name (or rename an attribute of your own called {node.attr!r})")
+        if node.attr in _IDENTITY_ATTRS and isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.add(node, "forbidden-call", f"rebinds .{node.attr}: the engine's relative imports resolve against a module's "
+                     "(functools.wraps names a wrapper)")
         if node.attr == "__dict__" and (base := self.dotted(node.value)) and base.split(".")[0] in DYNAMIC_TARGETS:
             self.add(node, "forbidden-call", f"reads {base}.__dict__: module namespaces hide what is called")
         if node.attr == "parent" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with .parent from __file__")
         self.generic_visit(node)
+
+    def _module_value(self, node: ast.Name | ast.Attribute, name: str) -> None:
+        """A watched module (``WATCHED_MODULES``) appears only as the object of an attribute access (``os.path.join``,
+        ``sys.version_info``) or of ``getattr``/``hasattr`` by a literal name: as a value (an argument, an assignment, a
+        return, an item, a default), what receives it calls its members out of the rules' sight."""
+        if name not in WATCHED_MODULES:
+            return
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return
+        if isinstance(parent, ast.Call) and parent.args[:1] == [node] and len(parent.args) >= 2 \
+                and self.dotted(parent.func) in _READ_GETTERS and isinstance(parent.args[1], ast.Constant) and isinstance(parent.args[1].value, str):
+            return  # getattr(os, 'sep'): the name is checked like os.sep (_check_getattr)
+        where = f"{type(parent).__name__.lower()}: {ast.unparse(parent)[:60]}" if parent is not None else name
+        self.add(node, "forbidden-call", f"uses the module {name} as a value ({where}): handed on, its members are called "
+                 f"out of the rules' sight; use it only as `{name}.<attribute>` and pass on what you need from it (a function, "
+                 "a value)")
 
     # calls -----------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
@@ -186,9 +231,15 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             if name == "importlib.import_module" and self._relative(node):
                 return  # relative to the engine package (a top-level package: it cannot climb out)
             if not isinstance(literal, str):
-                self.add(node, "forbidden-call", f"{name}() of a computed name hides what is imported; import it by name")
+                self.add(node, "forbidden-call", f"{name}() of a computed name hides what is imported; {_IMPORT_HINT}")
             elif (why := forbidden_module(literal)) is not None:
                 self.add(node, "forbidden-import", why)
+            elif literal.startswith("."):
+                self.add(node, "forbidden-call", f"{name}({literal!r}, ...) resolves a relative name against a package other "
+                         f"than the calling module's __name__ / __package__ (or through __import__'s globals); {_IMPORT_HINT}")
+            else:
+                self.add(node, "forbidden-call", f"{name}({literal!r}) loads a module by an absolute name, past the rules on "
+                         f"what its uses may do; {_IMPORT_HINT}")
         elif name in _OPENERS:
             mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
             starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
@@ -201,6 +252,13 @@ class _Visitor(StringRules, PatchRules, EnvRules):
         if name in ("vars", "builtins.vars") and first is not None and ((self.dotted(first) or "") + ".").startswith(CONFIG_PREFIXES):
             self.add(node, "monkeypatch", f"vars({self.dotted(first)}) reaches a torch configuration module's flags past the "
                      "rule on them: assign a flag alone, a constant")
+        if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value in _IDENTITY_ATTRS:
+            self.add(node, "forbidden-call", f"{name}(..., {node.args[1].value!r}) renames a module: the engine's relative "
+                     "imports resolve against it")
+        if name in ("globals", "builtins.globals") and not self._reads_mapping(node):
+            self.add(node, "forbidden-call", "globals() written or handed on: it rebinds module names (__name__, which the "
+                     "engine's relative imports resolve against) past the rules; read it only (globals()[k], .get(k), k in)")
         if name in ("setattr", "builtins.setattr", "delattr", "builtins.delattr") and first is not None:
             target = self.dotted(first)
             if target is not None and target.split(".")[0] in PATCH_ROOTS:
@@ -215,6 +273,16 @@ class _Visitor(StringRules, PatchRules, EnvRules):
                              "read; name the attribute")
         if name == "os.path.dirname" and self._climb(node) > self.depth:
             self.add(node, "path-escape", "climbs out of the engine folder with nested os.path.dirname(__file__)")
+
+    def _reads_mapping(self, node: ast.AST) -> bool:
+        """True when ``node`` (a mapping such as ``globals()``) is only read where it stands."""
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            return isinstance(parent.ctx, ast.Load)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return parent.attr in ("get", "keys", "values", "items", "copy")
+        return isinstance(parent, ast.Compare) and node in parent.comparators \
+            and isinstance(parent.ops[parent.comparators.index(node)], (ast.In, ast.NotIn))
 
     def _check_getattr(self, node: ast.Call, name: str) -> None:
         target, key = self.dotted(node.args[0]), node.args[1]
@@ -235,13 +303,18 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             self.add(node, "forbidden-call", f"raises {exc.id}: an engine never ends the process; raise an Exception subclass")
         self.generic_visit(node)
 
-    @staticmethod
-    def _relative(node: ast.Call) -> bool:
-        """True when the module name is a literal or f-string starting with '.' (a relative import)."""
+    def _relative(self, node: ast.Call) -> bool:
+        """True when ``import_module`` loads one of the engine's own modules: the name is a literal or f-string starting
+        with '.', resolved against the calling module's ``__name__`` / ``__package__`` (another package,
+        ``import_module('.', 'os')``, would load that package's modules)."""
         arg = node.args[0] if node.args else None
         if isinstance(arg, ast.JoinedStr) and arg.values:
             arg = arg.values[0]
-        return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith(".")
+        package = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+        own = isinstance(package, ast.Name) and package.id in _IDENTITY_ATTRS and not self.bound(package.id) \
+            and self.resolve(package.id) == package.id  # not ``from os import name as __name__``
+        return own and len(node.args) <= 2 and isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
+            and arg.value.startswith(".")
 
     # paths -----------------------------------------------------------------------------------
     def _climb(self, node: ast.AST) -> int:

@@ -155,5 +155,19 @@ ENV_SETTERS = frozenset({"putenv", "unsetenv"})
 PATCH_ROOTS = {"torch", "numpy", "builtins", "math", "time", "sys", "os", "io"}
 #: Modules whose attributes, looked up by a computed name or through their namespace, reach any import, file or process.
 DYNAMIC_TARGETS = {"importlib", "builtins", "__builtins__", "sys", "os", "io", "pathlib", "posixpath", "shutil"}
+#: Modules an engine may name only as the object of an attribute access (``os.path.join``, ``sys.version_info``), never
+#: as a value (an argument, an assignment, a return, an item, a default, a comprehension's element): handed on, the
+#: module reaches code the dotted-name rules cannot follow (``def f(m): return m.system(...)``, ``f(os)``). These are
+#: the modules whose members the rules refuse or watch: those reached as attributes (``MODULE_ATTRS``), those read by a
+#: computed name (``DYNAMIC_TARGETS``), the roots of the refused callables and attributes (``codecs.open``,
+#: ``logging.FileHandler``, ``operator.methodcaller``, ``string.Formatter``, ``inspect.stack``, ...), and ``os.path``
+#: (a module, posixpath, whose ``dirname`` nesting is the path-escape rule; ``from os import path`` binds it).
+#: torch and numpy stay out: passing them around is everyday array code (``xp = np``), and their refused members
+#: (``torch.load``, ``numpy.load``) refuse unpickling by default (``weights_only``, ``allow_pickle``), a switch refused
+#: on any call; the worker's isolation is the wall behind them.
+WATCHED_MODULES = frozenset(
+    MODULE_ATTRS | DYNAMIC_TARGETS | {"os.path"}
+    | {k.split(".")[0] for table in (FORBIDDEN_CALLS, FORBIDDEN_PREFIXES, FORBIDDEN_ATTRS) for k in table if "." in k}
+) - {"torch", "numpy", "__builtins__"}
 #: String literals that name the judge's process state (``os.path.join(os.sep, "proc", ppid, "cmdline")``).
 PROC_WORDS = {"proc", "/proc", "cmdline", "environ"}

@@ -85,7 +85,7 @@ BAD = [
     ("import builtins\nf = builtins.open('x')", "forbidden-call", "builtins.open"),
     # ending the process
     ("from os import _exit as bye\ndef f():\n    bye(0)", "forbidden-call", "os._exit"),
-    ("import os\no = os\ndef f():\n    o._exit(0)", "forbidden-call", "os._exit"),
+    ("import os as o\ndef f():\n    o._exit(0)", "forbidden-call", "os._exit"),
     ("import sys\ndef f():\n    sys.exit(0)", "forbidden-call", "never ends the process"),
     ("def f():\n    raise SystemExit(0)", "forbidden-call", "SystemExit"),
     ("def f():\n    exit()", "forbidden-call", "never ends the process"),
@@ -207,6 +207,37 @@ BAD = [
     ("__import__('os').environ['CXX'] = 'cc.txt'", "env-write", "sets an item of <...>.environ"),
     ("import importlib\nimportlib.import_module('os').putenv('CXX', 'cc.txt')", "env-write", ".putenv"),
     ("import os\nB = getattr(os, 'environb')", "env-write", "'environb'"),
+    # session 5 (import_module_absolute): importlib.import_module loads only the engine's own modules, by a relative
+    # name against __name__ / __package__; __import__ nothing; neither is passed around
+    ("import importlib\nimportlib.import_module('os').system('true')", "forbidden-call", "importlib.import_module('os') loads"),
+    ("from importlib import import_module as im\nM = im('os')", "forbidden-call", "absolute name"),
+    ("import importlib as il\nM = il.import_module('shutil')", "forbidden-call", "absolute name"),
+    ("import importlib\nHAS = importlib.import_module('triton') is not None", "forbidden-call", "use an import statement"),
+    ("M = __import__('os')", "forbidden-call", "__import__('os') loads"),
+    ("import builtins\nM = builtins.__import__('sys')", "forbidden-call", "absolute name"),
+    ("import importlib\nM = importlib.import_module('.', 'os')", "forbidden-call", "against a package other"),
+    ("import importlib\nM = importlib.import_module('.path', package='os')", "forbidden-call", "against a package other"),
+    ("from os import name as __name__\nimport importlib\nM = importlib.import_module('.', __name__)", "forbidden-call",
+     "against a package other"),
+    ("import importlib\nF = importlib.import_module\nM = F('os')", "forbidden-call", "passes importlib.import_module around"),
+    ("import importlib, functools\nF = functools.partial(importlib.import_module, 'os')", "forbidden-call", "passes importlib"),
+    ("import importlib\nM = getattr(importlib, 'import_module')('os')", "forbidden-call", "passes importlib.import_module"),
+    ("F = __import__\nM = F('os')", "forbidden-call", "passes __import__ around"),
+    ("globals()['__name__'] = 'os'", "forbidden-call", "globals() written"),
+    ("from . import kernels\nkernels.__name__ = 'posix'", "forbidden-call", "rebinds .__name__"),
+    # session 5 (module_as_value): a watched module appears only as the object of an attribute access
+    ("import os\ndef f(m):\n    return m.system('true')\nf(os)", "forbidden-call", "module os as a value"),
+    ("import os as o\nL = [o]", "forbidden-call", "module os as a value"),
+    ("import os\no = os\ndef f():\n    o._exit(0)", "forbidden-call", "module os as a value"),
+    ("from os import path\nP = path", "forbidden-call", "module os.path as a value"),
+    ("import os\nP = {'p': os.path}", "forbidden-call", "module os.path as a value"),
+    ("import sys\ndef g():\n    return sys", "forbidden-call", "module sys as a value"),
+    ("import shutil\ndef g(m=shutil):\n    return m", "forbidden-call", "module shutil as a value"),
+    ("import os, sys\nL = [m.getcwd() for m in (os, sys)]", "forbidden-call", "as a value"),
+    ("import gc\nR = getattr(gc, 'get_' + 'referrers')", "forbidden-call", "module gc as a value"),
+    ("import codecs\nclass C:\n    m = codecs", "forbidden-call", "module codecs as a value"),
+    ("import importlib\nX = (lambda m: m)(importlib)", "forbidden-call", "module importlib as a value"),
+    ("from .util import os", "forbidden-call", "imports os from the engine's own module"),
 ]
 
 
@@ -247,7 +278,6 @@ ALLOWED = [
     "import traceback\ndef f():\n    return traceback.format_exc()",
     "import time\nimport torch\ndef tune(fns):\n    best = None\n    for fn in fns:\n        t0 = time.perf_counter()\n        fn()\n        dt = time.perf_counter() - t0\n        best = min(best or (dt, fn), (dt, fn), key=lambda x: x[0])\n    return best[1]",
     "import os\nV = os.environ.get('TRITON_INTERPRET', '0')",
-    "import importlib\nHAS = importlib.import_module('triton') is not None",
     "P = 'processed'\nQ = {'proc_count': 1}",
     "import logging\nLOG = logging.getLogger(__name__)\ndef f():\n    LOG.info('loaded')",
     # honest look-alikes of session 2's rules: computed names that are not dunders, a reduce, attrgetter of a field,
@@ -281,6 +311,19 @@ ALLOWED = [
     "import os\ndef f():\n    env = os.environ\n    return env.get('A'), 'B' in env",
     "class C:\n    def __init__(self):\n        self.env = {}\n        self.env['CXX'] = 'g++'\n        self.env.update(A='1')",
     "class S:\n    pass\ns = S()\ns.a, s.b = 1, 2\nfor s.c in range(2):\n    pass\ndel s.a",
+    # session 5: the engine's own modules by a relative name; watched modules as the object of an attribute access,
+    # getattr/hasattr by a literal name; modules the rules do not watch (math, numpy, torch) passed freely
+    "import importlib\nK = importlib.import_module('.kernels', __package__)\ndef k(m):\n    return importlib.import_module(f'.{m}', __name__)",
+    "import os\ndef f(a, b):\n    return os.path.join(a, b), os.environ.get('X'), os.path.basename(a)",
+    "import sys\nNEW = sys.version_info >= (3, 11)\nsys.stderr.write('x')",
+    "import os\ndef f(x):\n    return isinstance(x, os.PathLike)",
+    "from os import path\ndef f(a):\n    return path.join(a, 'x')",
+    "import os, sys\nS = getattr(os, 'sep'), hasattr(sys, 'frozen')",
+    "import math\ndef f(m):\n    return m.sqrt(2)\nX = f(math)\nL = [math]",
+    "import numpy as np\nimport torch\nxp = np\ndef f(lib=torch):\n    return lib.zeros(2)",
+    "def f(path, os):\n    return path.join('x'), os",
+    "X = globals().get('Y'), 'Z' in globals(), globals()['__name__']",
+    "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def w(*a):\n        return fn(*a)\n    return w\nN = deco.__name__",
 ]
 
 
