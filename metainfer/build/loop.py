@@ -26,7 +26,7 @@ from metainfer.build.iteration import Verdict, judge, read_tunables, write_itera
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
 from metainfer.build.report import write_summary_safely
-from metainfer.build.resume import open_session, recover
+from metainfer.build.resume import open_session, recover, release_session
 from metainfer.build.session import Session, render_into
 
 
@@ -73,6 +73,7 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         s.save()
         write_summary_safely(s.record, lambda text: s.progress.line(None, text))  # never hides how the run ended
         s.progress.line(None, f"{st['status']}: {st['stop_reason']}; record {s.record.path}")
+        release_session(s)
     return s.record
 
 

@@ -17,6 +17,7 @@ from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildConfig, BuildErr
 from metainfer.build.decision import Decision, parse_trailers
 from metainfer.build.gate_runner import GateOutcome, kill_orphan
 from metainfer.build.iteration import Verdict, read_tunables, write_iteration
+from metainfer.build.lock import lock_target, unlock_target
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
 from metainfer.build.session import Session, ensure_checkpoint
@@ -61,6 +62,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
             raise BuildError(f"run {record.run_id} is finished; pass --iterations above {st['iterations']} to extend it")
         check_present(st["gpu"])
         target = make_target(st["model"], st["quant"], st["gpu"])
+        lock_target(root, target.name)  # released by the caller (``release_session``) or at exit
         if config.iterations is not None:
             st["iterations"] = config.iterations
         if config.gate_timeout_s is not None:
@@ -78,6 +80,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     else:
         check_present(config.gpu)
         target = make_target(config.model, config.quant, config.gpu)
+        lock_target(root, target.name)
         meta = {"model": config.model, "quant": config.quant, "gpu": config.gpu,
                 "agent": agent_label or config.agent or default_agent_name(), "agent_options": config.agent_options,
                 "iterations": 3 if config.iterations is None else config.iterations, "seed": config.seed,
@@ -89,7 +92,11 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                 "branch": target.branch, "repo_root": str(root)}
         wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
         if require_clean and wt.repo.is_dirty(untracked_files=True):
-            raise BuildError(f"the worktree {wt.path} has uncommitted changes; gate them with `metainfer step` "
+            unlock_target(root, target.name)
+            left = _unfinished_run(runs, target.name)
+            hint = (f"they are run {left[0]}'s candidate ({left[1]}): continue it with "
+                    f"`metainfer build --resume {left[0]}`, or " if left else "")
+            raise BuildError(f"the worktree {wt.path} has uncommitted changes; {hint}gate them with `metainfer step` "
                              f"or discard them with `git -C {wt.path} reset --hard && git -C {wt.path} clean -fd`")
         record = RunRecord.create(runs, target.name, meta)
     st = record.state
@@ -98,6 +105,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
     try:
         return _prepare(config, progress, root, target, record)
     except BaseException as err:  # Ctrl-C (or a failure) while preparing, e.g. writing the checkpoint
+        unlock_target(root, target.name)
         st["status"] = "interrupted" if isinstance(err, KeyboardInterrupt) else "crashed"
         st["stop_reason"] = (f"{st['status']} while preparing the run ({type(err).__name__}: {err}); "
                              f"continue with: {st['resume_command']}")
@@ -168,3 +176,22 @@ def _adopt(s: Session, i: int, head: Any) -> None:
                     tunables=read_tunables(s.worktree.engine_dir), cumulative=cumulative)
     st["next_iteration"] = i + 1
     s.progress.line(i, f"adopted commit {head.hexsha[:10]} made before the interruption")
+
+
+def release_session(s: Session) -> None:
+    """Give back the target's lock that ``open_session`` took (``metainfer.build.lock``)."""
+    unlock_target(s.root, s.target.name)
+
+
+def _unfinished_run(runs: Path, target_name: str) -> tuple[str, str] | None:
+    """``(run id, status)`` of the newest run of ``target_name`` under ``runs`` that ended interrupted or crashed (its
+    candidate is what a dirty worktree holds), or None."""
+    import json
+
+    for f in sorted(Path(runs).glob(f"*-{target_name}/run.json"), reverse=True):  # ids start with a time stamp
+        try:
+            st = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        return (f.parent.name, st.get("status")) if st.get("status") in ("interrupted", "crashed") else None
+    return None

@@ -17,7 +17,7 @@ from metainfer.build.iteration import judge, read_tunables, write_iteration
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
 from metainfer.build.report import write_summary_safely
-from metainfer.build.resume import open_session
+from metainfer.build.resume import open_session, release_session
 from metainfer.build.worktree import TargetWorktree
 from metainfer.targets import check_present, make_target
 
@@ -74,4 +74,5 @@ def run_step(config: BuildConfig, message: str, progress: Progress | None = None
         st["ended"] = utc_now()
         s.save()
         write_summary_safely(s.record, lambda text: s.progress.line(None, text))
+        release_session(s)
     return s.record

@@ -28,7 +28,7 @@ from metainfer.build.config import BuildConfig, BuildError
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
 from metainfer.build.report import write_summary_safely
-from metainfer.build.resume import open_session, recover
+from metainfer.build.resume import open_session, recover, release_session
 from metainfer.build.session import Session
 from metainfer.upgrade import plan
 from metainfer.upgrade.baseline import render_and_gate
@@ -111,7 +111,10 @@ def run_upgrade(cfg: UpgradeConfig, progress: Progress | None = None) -> RunReco
         st["gate"]["parity_steps"] = cfg.parity_steps
         st["iterations"] = up["after_replay"]
         s.save()
-    return _drive(s, progress)
+    try:
+        return _drive(s, progress)
+    finally:
+        release_session(s)
 
 
 def _build_config(cfg: UpgradeConfig) -> BuildConfig:
