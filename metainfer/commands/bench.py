@@ -35,6 +35,9 @@ def bench(
         raise MetainferError(f"--device must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise MetainferError("--device cuda asked for, but this machine has no CUDA device; use --device cpu")
+    from harness.gate import cpu_threads
+
+    cpu_threads(device)  # one intra-op thread on the CPU, as the gate (OpenMP threads stretch timings under load)
     for flag, path in (("--engine", engine), ("--checkpoint", checkpoint)):
         if not path.is_dir():
             from metainfer.build.config import built_engine_hint

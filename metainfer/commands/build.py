@@ -69,6 +69,10 @@ def build(
                          time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
                          seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume,
                          gate_workloads=tuple(workloads.split(",")) if workloads else None)
+    if rounds is not None and rounds < 3:
+        typer.secho(f"warning: --rounds {rounds}: with fewer than 3 A/B rounds a gate's noise bar rests on "
+                    f"{'one sample (it reads 0)' if rounds == 1 else 'two samples'}; use 3 or more for a decision",
+                    fg="yellow", err=True)
     if dry_run:
         plan = make_plan(config)
         typer.echo("\n".join(plan.lines()))

@@ -56,6 +56,9 @@ def parity(
         if steps < 1:
             raise ParityInputError(f"--steps {steps}: must be at least 1")
         quick["steps"] = steps
+    from harness.gate import cpu_threads
+
+    cpu_threads("cpu" if device == "cpu" and (reference_device or "cpu") == "cpu" else "cuda")  # as the gate does
     try:
         result = run_parity(engine, checkpoint, seed=seed, device=device, reference_dtype=reference_dtype,
                             reference_device=reference_device, prompt_nonce=prompt_nonce, **quick)
