@@ -6,7 +6,9 @@ must be equal token for token, alone and under 32 concurrent clients."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -143,7 +145,6 @@ def test_seeded_sampling_is_reproducible(client):
     ({"max_tokens": CTX}, "max_tokens"),
     ({"temperature": 3.0}, "temperature"),
     ({"top_p": 0.0}, "top_p"),
-    ({"model": "gpt-4"}, "model"),
     ({"n": 2}, "n"),
 ])
 def test_bad_requests_get_400_and_the_server_still_serves(client, kwargs, param):
@@ -257,3 +258,81 @@ def test_full_queue_answers_503_and_clients_gone_while_queued_free_everything(se
     assert server.metric("metainfer_kv_slots_used") == 0
     assert openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0).completions.create(
         model=TINY, prompt="hi", max_tokens=2, extra_body={"ignore_eos": True}).usage.completion_tokens == 2
+
+
+def _raw(setup, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    """(status, JSON body) of a raw HTTP request with the API key."""
+    req = urllib.request.Request(setup[0].url.replace("/v1", "") + path, data=body, method=method,
+                                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_unknown_model_is_404_model_not_found(client):
+    """OpenAI and vLLM answer an unknown model with 404 and code model_not_found, on both endpoints."""
+    with pytest.raises(openai.NotFoundError) as err:
+        client.completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+    assert err.value.status_code == 404 and err.value.body["code"] == "model_not_found" and err.value.body["param"] == "model"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert err.value.body["code"] == "model_not_found"
+
+
+def test_unknown_routes_methods_and_bad_json_answer_in_the_openai_shape(setup):
+    for method, path, status in (("GET", "/v1/nope", 404), ("POST", "/v1/embeddings", 404), ("GET", "/v1/completions", 405),
+                                 ("DELETE", "/v1/models", 405)):
+        code, body = _raw(setup, method, path, b"{}" if method == "POST" else None)
+        assert code == status and set(body) == {"error"}, (method, path, code, body)
+        assert set(body["error"]) == {"message", "type", "param", "code"} and path in body["error"]["message"]
+    code, body = _raw(setup, "POST", "/v1/completions", b'{"model": "' + TINY.encode() + b'", "prompt": "hi", "max_tokens": }')
+    err = body["error"]
+    assert code == 400 and err["param"] is None and err["type"] == "invalid_request_error", body
+    assert "not valid JSON" in err["message"] and "JSON decode error" not in err["message"] and not err["message"][:1].isdigit()
+
+
+def test_a_chat_message_with_an_unknown_role_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=TINY, messages=[{"role": "wizard", "content": "hi"}], max_tokens=2)
+    assert err.value.body["param"] == "messages.0.role" and "wizard" in err.value.body["message"]
+    ok = client.chat.completions.create(model=TINY, messages=[{"role": "developer", "content": "Be brief."},
+                                                                {"role": "user", "content": "hi"}], max_tokens=2)
+    assert ok.usage.completion_tokens >= 1
+
+
+def test_prompt_plus_max_tokens_may_reach_the_context_and_not_pass_it(client):
+    """vLLM's rule: prompt + max_tokens <= max_model_len; without max_tokens a request runs to the end of the context."""
+    kw = dict(model=TINY, temperature=0, extra_body={"ignore_eos": True})
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(prompt=_ids(CTX - 6, 9), max_tokens=7, **kw)
+    assert err.value.body["param"] == "max_tokens" and err.value.body["code"] == "context_length_exceeded"
+    r = client.completions.create(prompt=_ids(CTX - 6, 9), max_tokens=6, **kw)
+    assert r.usage.total_tokens == CTX
+    r = client.completions.create(prompt=_ids(CTX - 1, 10), **kw)  # no max_tokens: what is left of the context
+    assert (r.usage.completion_tokens, r.usage.total_tokens, r.choices[0].finish_reason) == (1, CTX, "length")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(prompt=_ids(CTX, 11), **kw)
+    assert err.value.body["param"] == "prompt"
+
+
+def test_chat_logprobs_in_the_chat_shape_plain_and_streamed(client):
+    kw = dict(model=TINY, messages=[{"role": "user", "content": "Name a colour."}], max_completion_tokens=5, temperature=0,
+              logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}})
+    r = client.chat.completions.create(**kw)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 5
+    for e in content:
+        assert e.logprob <= 0 and e.bytes == list(e.token.encode()) and len(e.top_logprobs) == 3
+        assert abs(e.top_logprobs[0].logprob - e.logprob) < 1e-4 and e.top_logprobs[0].token == e.token  # greedy: the best
+    streamed = [e for c in client.chat.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content]
+    bare = client.chat.completions.create(**{**kw, "top_logprobs": None})
+    assert len(bare.choices[0].logprobs.content) == 5 and all(e.top_logprobs == [] for e in bare.choices[0].logprobs.content)
+    assert client.chat.completions.create(**{**kw, "logprobs": None, "top_logprobs": None}).choices[0].logprobs is None
+    for bad in ({"top_logprobs": 21}, {"logprobs": False}):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(**{**kw, **bad})
+        assert err.value.body["param"] == "top_logprobs"

@@ -2,7 +2,9 @@
 
 Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
 ``GET /health`` (200 while the engine thread is alive, else 503), ``GET /metrics`` (Prometheus).
-A malformed body is a 400 (FastAPI's 422 rewritten into the OpenAI shape).
+Every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``: a malformed
+body is a 400 (FastAPI's 422 rewritten; invalid JSON says where and why), an unknown model a 404
+``model_not_found``, an unknown route a 404 and a wrong method a 405 (not FastAPI's ``{"detail"}``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metainfer.serve import chat, completions
@@ -40,9 +43,27 @@ def create_app(state: ServerState) -> FastAPI:
     async def _api_error(request: Request, err: ApiError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 404:
+            msg = f"no route {request.url.path}; this server has /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics"
+        elif err.status_code == 405:
+            msg = f"method {request.method} is not allowed on {request.url.path}"
+        else:
+            msg = str(err.detail)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
+        kind = "invalid_request_error" if err.status_code < 500 else None
+        return JSONResponse(ApiError(err.status_code, msg, code=code, kind=kind).body(), status_code=err.status_code,
+                            headers=getattr(err, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, err: RequestValidationError) -> JSONResponse:
         first = err.errors()[0] if err.errors() else {}
+        if first.get("type") == "json_invalid":  # loc is ("body", character offset): not a parameter
+            at = [p for p in first.get("loc", ()) if p != "body"]
+            why = (first.get("ctx") or {}).get("error", "")
+            msg = f"the request body is not valid JSON{f' (at character {at[0]})' if at else ''}{f': {why}' if why else ''}"
+            return JSONResponse(ApiError(400, msg).body(), status_code=400)
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse(ApiError(400, f"invalid request body: {where}: {first.get('msg', err)}", param=where or None).body(),
                             status_code=400)

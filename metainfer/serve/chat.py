@@ -18,6 +18,46 @@ from metainfer.serve.request import unless_disconnected
 from metainfer.serve.state import ServerState
 from metainfer.serve.text import Detokenizer
 
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """Raises ApiError 400 for an empty list or a message whose role is not one of ``ROLES``."""
+    if not messages:
+        raise ApiError(400, "messages is empty; send at least one message", param="messages")
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ROLES:
+            raise ApiError(400, f"messages[{i}].role={role!r}: the role must be one of {', '.join(ROLES)}",
+                           param=f"messages.{i}.role")
+
+
+def _top_logprobs(req: ChatCompletionRequest) -> int | None:
+    """The engine's ``logprobs`` for a chat request: None unless ``logprobs`` is true, else ``top_logprobs`` (0-20).
+
+    Raises:
+        ApiError 400: top_logprobs out of [0, 20], or given without logprobs=true (OpenAI's rule).
+    """
+    top = req.top_logprobs
+    if top is not None and not 0 <= top <= 20:
+        raise ApiError(400, f"top_logprobs={top} must be in [0, 20]", param="top_logprobs")
+    if not req.logprobs:
+        if top:
+            raise ApiError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+        return None
+    return top or 0
+
+
+def logprob_content(state: ServerState, lps: list[Any] | None) -> list[dict]:
+    """OpenAI chat ``logprobs.content`` entries ({token, logprob, bytes, top_logprobs}) of the engine's logprobs
+    (the same ``TokenLogprob`` s /v1/completions reports)."""
+
+    def entry(tid: int, lp: float) -> dict:
+        text = state.text.token_text(tid)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return [{**entry(lp.token, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps or []]
+
 
 class _Reply:
     """The reply so far, split for streaming: what may be sent as reasoning and as content now."""
@@ -56,44 +96,52 @@ async def handle(state: ServerState, req: ChatCompletionRequest, request: Any) -
     """Answer one chat request (JSON or an SSE stream); ``request`` is the HTTP request (a client
     gone before a JSON answer aborts it too)."""
     state.check_model(req.model)
-    if not req.messages:
-        raise ApiError(400, "messages is empty; send at least one message", param="messages")
+    _check_messages(req.messages)
+    top = _top_logprobs(req)
     tools = bool(req.tools) and req.tool_choice != "none"
     try:
         ids, think_open = state.text.render_chat(req.messages, req.tools, req.chat_template_kwargs)
     except ValueError as err:
         raise ApiError(400, str(err), param="messages") from None
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = state.sampling_params(req, ids, max_tokens, None)
+    params = state.sampling_params(req, ids, max_tokens, top)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     detok = Detokenizer(state.text, req.stop_strings())
     stream = state.open(ids, params)  # 503 here, before any response starts
 
-    async def outputs() -> AsyncIterator[tuple[bool, str | None, int]]:
-        """(final, finish reason, tokens so far) per step; ``detok`` holds the text."""
+    async def outputs() -> AsyncIterator[tuple[bool, str | None, int, list[dict]]]:
+        """(final, finish reason, tokens so far, logprobs content entries) per step; ``detok`` holds the text."""
         async with contextlib.aclosing(stream):
             out = await stream.__anext__()
             while True:
                 detok.push(out.new_tokens, final=out.finished)
                 final = out.finished or detok.stopped
-                yield final, ("stop" if detok.stopped else out.finish_reason), out.output_tokens
+                entries = logprob_content(state, out.logprobs) if top is not None else []
+                yield final, ("stop" if detok.stopped else out.finish_reason), out.output_tokens, entries
                 if final:
                     return
                 out = await stream.__anext__()
 
+    pending: list[dict] = []  # streamed logprobs entries not sent yet (they ride on the next chunk)
+
     def chunk(delta: dict, finish: str | None) -> dict:
+        lp = None
+        if top is not None and delta.get("role") is None:
+            lp = {"content": pending[:]}
+            pending.clear()
         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.cfg.model_name,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+                "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
 
     if not req.stream:
 
         async def collect() -> dict:
-            reason, n = None, 0
-            async for _, reason, n in outputs():
-                pass
+            reason, n, content = None, 0, []
+            async for _, reason, n, entries in outputs():
+                content += entries
             msg, called = _message(detok.text, think_open, tools)
+            lp = {"content": content} if top is not None else None
             return {"id": rid, "object": "chat.completion", "created": created, "model": state.cfg.model_name,
-                    "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "tool_calls" if called else reason}],
+                    "choices": [{"index": 0, "message": msg, "logprobs": lp, "finish_reason": "tool_calls" if called else reason}],
                     "usage": usage(len(ids), n)}
 
         return JSONResponse(await unless_disconnected(request, collect()))
@@ -105,7 +153,8 @@ async def handle(state: ServerState, req: ChatCompletionRequest, request: Any) -
         yield sse(chunk({"role": "assistant", "content": ""}, None))
         n, reason = 0, None
         try:
-            async for final, reason, n in outputs():
+            async for final, reason, n, entries in outputs():
+                pending.extend(entries)
                 r, c = reply.deltas(detok.text[: detok.sent] if not final else detok.text, final)
                 if r:
                     yield sse(chunk({"reasoning_content": r}, None))

@@ -16,7 +16,8 @@ class ApiError(Exception):
     """An error answered in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
 
     Attributes:
-        status: HTTP status (400 bad request, 401 no/wrong key, 503 queue full, 500 engine failure).
+        status: HTTP status (400 bad request, 401 no/wrong key, 404 unknown model or route, 405 wrong method,
+            503 queue full, 500 engine failure).
         headers: extra response headers (``Retry-After`` with 503).
     """
 
@@ -80,3 +81,4 @@ class ChatCompletionRequest(_Common):
     tool_choice: str | dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool | None = None
+    top_logprobs: int | None = None

@@ -61,9 +61,9 @@ class ServerState:
 
     # ---- checks ---------------------------------------------------------------------
     def check_model(self, model: str) -> None:
-        """Raises ApiError 400 for a model id this server does not serve."""
+        """Raises ApiError 404 ``model_not_found`` (as OpenAI and vLLM) for a model id this server does not serve."""
         if model != self.cfg.model_name:
-            raise ApiError(400, f"model {model!r} is not served here; use {self.cfg.model_name!r} (GET /v1/models)",
+            raise ApiError(404, f"model {model!r} is not served here; use {self.cfg.model_name!r} (GET /v1/models)",
                            param="model", code="model_not_found")
 
     def sampling_params(self, req: Any, prompt: list[int], max_tokens: int | None, logprobs: int | None) -> Any:
@@ -72,6 +72,9 @@ class ServerState:
         Raises:
             ApiError 400: empty prompt, prompt ids outside the vocab, a prompt longer than the
                 context, max_tokens < 1 or beyond the context, n != 1, bad sampling values.
+
+        The context rule is vLLM's: prompt + max_tokens <= max_seq_len (max_model_len); without
+        max_tokens a request may run to the end of the context (max_seq_len - prompt length).
         """
         ctx, vocab = self.cfg.max_seq_len, self.engine.dims.vocab_size
         if req.n != 1:
@@ -85,10 +88,10 @@ class ServerState:
             raise ApiError(400, f"the prompt has {len(prompt)} tokens; this server's context is {ctx} tokens "
                            "(prompt + output); shorten it", param="prompt", code="context_length_exceeded")
         if max_tokens is None:
-            max_tokens = ctx - len(prompt) + 1
+            max_tokens = ctx - len(prompt)
         if max_tokens < 1:
             raise ApiError(400, f"max_tokens={max_tokens} must be at least 1", param="max_tokens")
-        if len(prompt) + max_tokens - 1 > ctx:
+        if len(prompt) + max_tokens > ctx:
             raise ApiError(400, f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context of {ctx} "
                            "tokens; lower max_tokens", param="max_tokens", code="context_length_exceeded")
         temp = 1.0 if req.temperature is None else req.temperature
