@@ -84,17 +84,21 @@ class Server:
             self.proc.wait()
 
 
-def start_server(engine: Path, checkpoint: Path, *, max_batch: int, max_seq_len: int, max_queue: int,
-                 api_key: str | None = KEY, timeout: float = 180) -> Server:
-    """Start ``metainfer serve`` on a free port and wait for its ready line (AssertionError on failure)."""
+def start_server(engine: Path | None, checkpoint: Path, *, max_batch: int, max_seq_len: int, max_queue: int,
+                 api_key: str | None = KEY, timeout: float = 180, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> Server:
+    """Start ``metainfer serve`` on a free port and wait for its ready line (AssertionError on failure).
+    ``engine`` None: no ``--engine`` (serve picks the target's build, from ``cwd``); ``env`` adds variables."""
     port = free_port()
     cmd = [sys.executable, "-m", "metainfer.cli", "serve", "--model", TINY, "--quant", "bf16", "--gpu", "cpu",
-           "--checkpoint", str(checkpoint), "--engine", str(engine), "--port", str(port), "--max-batch", str(max_batch),
+           "--checkpoint", str(checkpoint), "--port", str(port), "--max-batch", str(max_batch),
            "--max-seq-len", str(max_seq_len), "--max-queue", str(max_queue)]
+    if engine is not None:
+        cmd += ["--engine", str(engine)]
     if api_key:
         cmd += ["--api-key", api_key]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     server = Server(f"http://127.0.0.1:{port}/v1", proc)
     ready = threading.Event()
 

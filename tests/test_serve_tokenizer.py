@@ -94,8 +94,9 @@ def test_serve_refuses_a_checkpoint_without_tokenizer_unless_asked_to_add_it(tin
 
 
 def test_serve_takes_the_engine_the_build_made_else_a_render_it_removes(tmp_path, monkeypatch):
-    """Without --engine: the build's worktree engine of the target when there is one; else the template rendered
-    into a temporary folder that is gone after the process exits."""
+    """Without --engine: the head of the target's branch, from its worktree while that is clean (a worktree folder
+    without the branch is not a build); else the template rendered into a temporary folder that is gone after the
+    process exits."""
     import subprocess
     import sys
 
@@ -104,11 +105,16 @@ def test_serve_takes_the_engine_the_build_made_else_a_render_it_removes(tmp_path
     repo = tmp_path / "clone"
     for d in ("harness", "templates", "metainfer"):
         (repo / d).mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
     name = "qwen3.6-35b-a3b-tiny-bf16-cpu"
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)
+    (repo / "generated" / name / "engine").mkdir(parents=True)
+    (repo / "generated" / name / "engine" / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text(".metainfer/\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "engine")
     built = repo / ".metainfer" / "worktrees" / name / "generated" / name
-    (built / "engine").mkdir(parents=True)
-    (built / "engine" / "__init__.py").write_text("")
+    git("worktree", "add", "-q", "-b", f"metainfer/{name}", str(repo / ".metainfer" / "worktrees" / name))
     monkeypatch.chdir(repo)
     args = LaunchArgs("qwen3.6-35b-a3b-tiny", "bf16", "cpu", tmp_path, None, "127.0.0.1", 1, None, 2, 64, 4, None)
     assert engine_dir(args).resolve() == built.resolve()

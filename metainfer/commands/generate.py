@@ -2,9 +2,10 @@
 
 Prompts are token ids (``--ids 1,2,3``, repeatable) or, when the checkpoint folder holds a tokenizer
 (``tokenizer.json`` / ``tokenizer_config.json``), text (``--text "..."``, repeatable). The engine is a
-folder (``--engine generated/<target>``) or the head of a target's branch (``--model/--quant/--gpu``:
-the worktree ``.metainfer/worktrees/<target>`` and, without ``--checkpoint``, the cached synthetic
-checkpoint the build used).
+folder (``--engine generated/<target>``) or the head of a target's branch ``metainfer/<target>``
+(``--model/--quant/--gpu``: the last accepted iteration, from the clean worktree or else exported from
+git, see ``metainfer.serve.built``; without ``--checkpoint``, the cached synthetic checkpoint the build
+used).
 """
 
 from __future__ import annotations
@@ -49,16 +50,19 @@ def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, qu
         return engine, checkpoint
     if None in (model, quant, gpu):
         raise GenerateError("give --engine DIR --checkpoint DIR, or --model M --quant Q --gpu G for a built target")
-    from metainfer.build.config import find_repo_root, worktree_path
+    from metainfer.build.config import find_repo_root
     from metainfer.build.plan import cached_checkpoint_path
+    from metainfer.serve.built import branch_engine
     from metainfer.targets import make_target
 
     target = make_target(model, quant, gpu)
     root = find_repo_root()
-    eng = worktree_path(root, target.name) / "generated" / target.name
-    if not (eng / "engine" / "__init__.py").is_file():
-        raise GenerateError(f"no built engine for {target.name} at {eng}; run `metainfer build --model {model} "
-                            f"--quant {quant} --gpu {gpu}` first, or pass --engine")
+    built = branch_engine(root, target.name, prefix="metainfer-generate-")
+    if built is None:
+        raise GenerateError(f"no built engine for {target.name} (no branch metainfer/{target.name} holding one); run "
+                            f"`metainfer build --model {model} --quant {quant} --gpu {gpu}` first, or pass --engine")
+    typer.echo(built.describe(), err=True)
+    eng = built.path
     ck = checkpoint or cached_checkpoint_path(root, target.model.name, target.quant.name, seed)
     if not (ck / "config.json").is_file():
         raise GenerateError(f"no checkpoint at {ck}; pass --checkpoint DIR")

@@ -34,9 +34,10 @@ class LaunchArgs:
 
 
 def engine_dir(args: LaunchArgs) -> Path:
-    """``--engine``, else the engine ``metainfer build`` made for the target (its worktree, at the last accepted
-    iteration), else ``generated/<target>``, else the template rendered for the target into a temporary folder
-    (removed when the process exits).
+    """``--engine``, else the engine ``metainfer build`` accepted last for the target (the head of its branch
+    ``metainfer/<target>``: the worktree when it is clean, else exported from git into a temporary folder, see
+    ``metainfer.serve.built``), else ``generated/<target>``, else the template rendered for the target into a
+    temporary folder (removed when the process exits).
 
     Raises:
         MetainferError: unknown model/quant/gpu, or ``--engine`` is not a folder.
@@ -49,15 +50,17 @@ def engine_dir(args: LaunchArgs) -> Path:
         if not (args.engine / "engine" / "__init__.py").is_file():
             raise MetainferError(f"--engine {args.engine}: no engine/__init__.py there; pass a generated/<target> folder")
         return args.engine
-    from metainfer.build.config import find_repo_root, worktree_path
+    from metainfer.build.config import find_repo_root
+    from metainfer.serve.built import branch_engine
 
     try:
-        built = worktree_path(find_repo_root(), target.name) / "generated" / target.name
+        root = find_repo_root()
     except MetainferError:  # not inside a metainfer clone: no build to look for
-        built = None
-    if built is not None and (built / "engine" / "__init__.py").is_file():
-        print(f"serving the engine `metainfer build` made for {target.name}: {built}", file=sys.stderr)
-        return built
+        root = None
+    built = branch_engine(root, target.name) if root is not None else None
+    if built is not None:
+        print(f"serving the engine `metainfer build` accepted last for {target.name}: {built.describe()}", file=sys.stderr)
+        return built.path
     default = Path("generated") / target.name
     if (default / "engine" / "__init__.py").is_file():
         return default
