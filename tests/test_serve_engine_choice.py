@@ -1,6 +1,7 @@
 """Which engine ``metainfer serve`` and ``metainfer generate`` run for ``--model/--quant/--gpu``: the head of the
 target's branch (the last accepted iteration), from the worktree only while it is clean, else exported from git
-(an interrupted build's candidate and a removed worktree alike).
+(an interrupted build's candidate and a removed worktree alike); and the launch checks around it: SIGTERM removes
+the temporary folders, a port in use fails at once.
 
 Real git repositories and real CLI subprocesses; ``TMPDIR`` is private, so leftovers are visible.
 """
@@ -8,8 +9,11 @@ Real git repositories and real CLI subprocesses; ``TMPDIR`` is private, so lefto
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +92,7 @@ def test_generate_runs_the_branch_head_after_clean_and_reports_no_decode_rate_fo
     assert _git(repo, "rev-parse", f"metainfer/{TARGET}")[:10] in p.stderr and "exported from git" in p.stderr
 
 
-def test_serve_runs_the_branch_head_not_the_candidate(repo, tmp_path, tiny_checkpoint):
+def test_serve_runs_the_branch_head_not_the_candidate_and_sigterm_removes_the_export(repo, tmp_path, tiny_checkpoint):
     _break_candidate(repo)
     tmpdir = tmp_path / "t"
     tmpdir.mkdir()
@@ -98,5 +102,21 @@ def test_serve_runs_the_branch_head_not_the_candidate(repo, tmp_path, tiny_check
         sha = _git(repo, "rev-parse", f"metainfer/{TARGET}")
         assert any(sha[:10] in ln and "uncommitted" in ln for ln in server.lines), server.lines
         assert list(tmpdir.glob("metainfer-serve-*"))
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0, server.lines
     finally:
         server.stop()
+    assert not list(tmpdir.glob("metainfer-serve-*")), "SIGTERM left the exported engine behind"
+    assert not any("Traceback" in ln for ln in server.lines), server.lines
+
+
+def test_serve_on_a_port_in_use_fails_at_once(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        p = _cli("serve", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--checkpoint", str(tmp_path), "--port",
+                 str(port), cwd=tmp_path, timeout=120)
+    assert p.returncode == 2 and f"port {port}" in p.stderr and "--port" in p.stderr, p.stderr
+    assert "Errno" not in p.stderr and "rendered" not in p.stderr and time.monotonic() - t0 < 60

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -107,12 +110,38 @@ def build_state(args: LaunchArgs) -> ServerState:
     return ServerState(mod, engine, text, cfg)
 
 
+def check_port(host: str, port: int) -> None:
+    """Raises MetainferError at once when ``host:port`` cannot be bound (in use, or not an address of this machine),
+    before seconds of engine loading end in uvicorn's raw ``[Errno 98]``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT leftovers do not count
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise MetainferError(f"port {port} on {host} is already in use (another server?); stop it or pick "
+                                     f"another port with --port") from None
+            raise MetainferError(f"cannot listen on {host}:{port}: {err.strerror}; check --host and --port") from None
+
+
+def _exit_on_sigterm(signum: int, frame) -> None:
+    """SIGTERM outside uvicorn's handling (while loading, or re-raised by uvicorn after its graceful shutdown):
+    exit through SystemExit, so atexit removes the temporary engine folders."""
+    raise SystemExit(0)
+
+
 def serve(args: LaunchArgs) -> None:
-    """Run until interrupted; prints ``metainfer serve: ready at http://HOST:PORT/v1 ...`` once listening."""
+    """Run until interrupted; prints ``metainfer serve: ready at http://HOST:PORT/v1 ...`` once listening.
+
+    SIGTERM and SIGINT both shut down gracefully and remove the temporary folders (exit status 0 for SIGTERM).
+    """
     import uvicorn
 
     from metainfer.serve.app import create_app
 
+    check_port(args.host, args.port)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     state = build_state(args)
     app = create_app(state)
     # the engine thread and the HTTP thread share the GIL: hand it over within 1 ms (default 5 ms),
