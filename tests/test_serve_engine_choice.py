@@ -1,7 +1,7 @@
 """Which engine ``metainfer serve`` and ``metainfer generate`` run for ``--model/--quant/--gpu``: the head of the
 target's branch (the last accepted iteration), from the worktree only while it is clean, else exported from git
 (an interrupted build's candidate and a removed worktree alike); and the launch checks around it: SIGTERM removes
-the temporary folders, a port in use fails at once.
+the temporary folders, a port in use fails at once, a missing ``--engine`` folder is one line.
 
 Real git repositories and real CLI subprocesses; ``TMPDIR`` is private, so leftovers are visible.
 """
@@ -90,6 +90,14 @@ def test_generate_runs_the_branch_head_after_clean_and_reports_no_decode_rate_fo
              "--ids", "1,2,3", "--max-tokens", "1", cwd=repo)
     assert p.returncode == 0, p.stderr
     assert _git(repo, "rev-parse", f"metainfer/{TARGET}")[:10] in p.stderr and "exported from git" in p.stderr
+    assert "decode n/a" in p.stdout and "nan" not in p.stdout, p.stdout
+
+
+def test_generate_with_a_missing_engine_folder_is_one_line(tmp_path, tiny_checkpoint):
+    p = _cli("generate", "--engine", str(tmp_path / "nope"), "--checkpoint", str(tiny_checkpoint("bf16")), "--ids", "1,2",
+             cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert str(tmp_path / "nope") in p.stderr and "metainfer render" in p.stderr
 
 
 def test_serve_runs_the_branch_head_not_the_candidate_and_sigterm_removes_the_export(repo, tmp_path, tiny_checkpoint):

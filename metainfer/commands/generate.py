@@ -45,6 +45,12 @@ def _tokenizer(checkpoint: Path):
 def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, quant: str | None, gpu: str | None,
              seed: int) -> tuple[Path, Path]:
     if engine is not None:
+        if not (engine / "engine" / "__init__.py").is_file():
+            from metainfer.build.config import built_engine_hint
+
+            what = "no such folder" if not engine.exists() else "no engine/__init__.py there"
+            raise GenerateError(f"--engine {engine}: {what}; pass a generated/<target> folder (`metainfer render` makes "
+                                f"one), or --model/--quant/--gpu for a built target{built_engine_hint(engine)}")
         if checkpoint is None:
             raise GenerateError("--engine needs --checkpoint (the folder the engine loads)")
         return engine, checkpoint
@@ -122,9 +128,11 @@ def generate(
         typer.echo(f"prompt {k}: {len(p)} tokens -> {out}")
         if tok is not None:
             typer.echo(f"  text: {tok.decode(out)!r}")
-    rate = len(prompts) * (max_tokens - 1) / (total_s - first_s) if max_tokens > 1 and total_s > first_s else float("nan")
+    # one output token is all prefill: there is no decode step to time
+    rate = (f"{len(prompts) * (max_tokens - 1) / (total_s - first_s):.1f} tok/s" if max_tokens > 1 and total_s > first_s
+            else "n/a (no decode step)")
     typer.echo(f"engine {eng_dir} on {dev}: load {load_s:.2f} s, warm-up call {warm_s:.2f} s, first token {first_s * 1e3:.1f} ms, "
-               f"{max_tokens} tokens in {total_s * 1e3:.1f} ms, decode {rate:.1f} tok/s ({len(prompts)} prompt(s))")
+               f"{max_tokens} tokens in {total_s * 1e3:.1f} ms, decode {rate} ({len(prompts)} prompt(s))")
 
 
 def register(app: typer.Typer) -> None:
