@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-#: prefixes of the temporary folders metainfer creates (build exports, step exports, agent gate runs, serve renders)
+#: prefixes of the temporary folders metainfer creates (build exports, step exports, agent gate runs, serve renders and exports, generate exports)
 TEMP_PREFIXES = ("metainfer-best-", "metainfer-head-", "metainfer-baseline-", "metainfer-gate-", "metainfer-serve-",
                  "metainfer-generate-")
 #: a temporary folder younger than this may belong to a run that has not started its gate yet (queued
