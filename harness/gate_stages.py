@@ -136,9 +136,8 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     if not res.ok:
         failures = list(res.update_failures)
         failures += [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
-        error = res.error or (f"prefill max_rel_err {data['max_rel_err']} vs tolerance {data['tolerance']}, decode "
-                              f"max_decode_rel_err {data.get('max_decode_rel_err')} vs tolerance {data.get('decode_tolerance')}, "
-                              f"worst prompt {data['worst_prompt']}, worst layer {data['worst_layer']}; " + " | ".join(failures[:3]))
+        worst = f"worst prompt {data['worst_prompt']}" + (f", worst layer {data['worst_layer']}" if data.get("worst_layer") else "")
+        error = res.error or ((" | ".join(failures[:3]) or "a check failed") + f" ({worst})")
     detail = {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds"),
               "max_hidden_rel_err": data.get("max_hidden_rel_err")}
     return StageOutcome("pass" if res.ok else (res.verdict if res.verdict != "pass" else "fail"), error, detail, data)

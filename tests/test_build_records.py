@@ -37,7 +37,8 @@ def test_decisions_name_the_reason():
     greedy_only = _gate(parity_ok=False)
     greedy_only["parity"] |= {"max_rel_err": 0.01, "max_decode_rel_err": 0.02, "decode_tolerance": 0.05}
     r = decide(GateOutcome(greedy_only, 1, False, 3.0))
-    assert "within tolerance, another check failed" in r.reason and "prompt 'len63' logits" in r.reason, r.reason
+    assert r.reason.startswith("parity failed: prompt 'len63' logits (the per-prompt nets held: prefill rel err 0.01 of 0.03, "
+                               "decode 0.02 of 0.05)"), r.reason
     assert decide(GateOutcome(_gate(speedup=1.02, beats=False), 0, False, 1.0)).reason.startswith("within noise")
     assert decide(GateOutcome(_gate(speedup=0.7, beats=False), 0, False, 1.0)).reason.startswith("slower")
     one_lost = _gate(speedup=1.036, noise=0.016, beats=False)  # beyond its noise bar, but a round lost

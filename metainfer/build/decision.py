@@ -69,12 +69,13 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "roofline_fraction": roofline, "workloads": workloads}
 
 
-def parity_failure(f: dict[str, Any]) -> str | None:
-    """Which parity figure broke its tolerance (prefill, decode or both), from ``figures``; when
-    neither did (the entry failed on greedy tokens, batching or non-finite values), both figures
-    with their tolerances; None when the gate JSON has no parity figures."""
+def parity_failure(f: dict[str, Any], error: str | None = None) -> str | None:
+    """Why parity failed, from ``figures`` and the stage's ``error`` (the gate's list of failed checks): the per-prompt
+    nets that broke their tolerance first, then the failed checks; when the nets held (a sharper check failed:
+    layer-local, consistency, greedy tokens, batching), the failed checks first and the nets after them. None when
+    the gate JSON has neither."""
     if f["max_rel_err"] is None:
-        return None
+        return error or None
     over = []
     if f["tolerance"] is not None and not f["max_rel_err"] <= f["tolerance"]:
         over.append(f"max rel err {f['max_rel_err']:.3g} > tolerance {f['tolerance']}")
@@ -82,9 +83,10 @@ def parity_failure(f: dict[str, Any]) -> str | None:
     if dec is not None and dtol is not None and not dec <= dtol:
         over.append(f"max decode rel err {dec:.3g} > tolerance {dtol}")
     if over:
-        return "; ".join(over)
-    decode = f", decode {dec:.3g} (tolerance {dtol})" if dec is not None else ""
-    return f"prefill rel err {f['max_rel_err']:.3g} (tolerance {f['tolerance']}){decode} within tolerance, another check failed"
+        return "; ".join(over) + (f" ({error})" if error else "")
+    decode = f", decode {dec:.3g} of {dtol}" if dec is not None else ""
+    nets = f"the per-prompt nets held: prefill rel err {f['max_rel_err']:.3g} of {f['tolerance']}{decode}"
+    return f"{error} ({nets})" if error else f"another check failed ({nets})"
 
 
 def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
@@ -99,9 +101,9 @@ def _first_red(outcome: GateOutcome, before_bench: bool) -> str | None:
             continue
         if not st.ok:
             if st.name == "parity" and st.verdict == "fail":
-                why = parity_failure(figures(outcome.result))
+                why = parity_failure(figures(outcome.result), st.error)
                 if why:
-                    return f"parity failed: {why}" + (f" ({st.error})" if st.error else "")
+                    return f"parity failed: {why}"
             return f"{st.name} {what}: {st.error or 'red'}"
     return None
 
