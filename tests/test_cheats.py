@@ -44,7 +44,8 @@ def table(tmp_path_factory, tiny_checkpoint):
 @pytest.mark.parametrize("name", [a.name for a in ATTEMPTS])
 def test_attempt_ends_as_declared(table, name):
     o = table[name]
-    assert o.verdict not in ("accepted", "hang", "broken"), f"{name}: {o.verdict}: {o.why}; gate said: {o.error}"
+    bad = ("hang", "broken") if o.attempt.honest else ("accepted", "hang", "broken")  # an honest edit may be faster
+    assert o.verdict not in bad, f"{name}: {o.verdict}: {o.why}; gate said: {o.error}"
     if o.attempt.open and not o.passed:  # a known hole with an owner (the cheat's OPEN): reported, not hidden
         pytest.xfail(f"open: {o.attempt.open}; {o.why}")
     assert o.passed, f"{name} ({o.attempt.expected}): {o.why}; gate said: {o.error}"
