@@ -106,6 +106,9 @@ def generate(
         raise GenerateError(f"{ck} has no tokenizer (tokenizer.json); give token ids with --ids instead")
     prompts = [_parse_ids(s, vocab) for s in ids or []] + [tok.encode(t) for t in text or []]
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from harness.gate import cpu_threads
+
+    cpu_threads(dev)  # the timings it prints: one intra-op thread on the CPU, as the gate measures
     t0 = time.perf_counter()
     mod = import_engine(eng_dir)
     e = mod.load(str(ck), device=dev, max_batch=max(4, len(prompts)), max_seq_len=max(len(p) for p in prompts) + max_tokens + 8)
