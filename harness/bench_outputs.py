@@ -7,9 +7,9 @@ The check, on every prompt both were timed on:
 1. first tokens: at least ``MIN_AGREEMENT`` of them agree (``MIN_COMPARED`` or more compared): identical, or a
    near-tie, the candidate's first token within the margin of step 2 at position 0 (an honest change of rounding,
    e.g. an fp32 engine against a bf16 baseline, flips near-ties on a random-weight model: red team R3's
-   ``fp32_cpu_engine`` lost 2-3 of 12-19 first tokens and was refused); a candidate output without a baseline twin (a prompt only the candidate was timed on: decode-bs1
-   redraws its prompts when t_N <= t_1, which an engine can provoke) is judged by the baseline's
-   teacher-forced top-1 instead, never skipped;
+   ``fp32_cpu_engine`` lost 2-3 of 12-19 first tokens and was refused); a candidate output without a baseline
+   twin (a prompt only the candidate was timed on: decode-bs1 redraws its prompts when t_N <= t_1, which an
+   engine can provoke) is judged by the baseline's teacher-forced top-1 instead, never skipped;
 2. every output that differs from the baseline's in any token (or has no twin) is teacher-forced through the
    baseline's worker (``engine.margins``: prompt + the candidate's own tokens): at each position
    the candidate's token must lie within ``MARGIN_STD`` standard deviations (of the baseline's

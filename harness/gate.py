@@ -255,7 +255,7 @@ def run_gate(args: GateArgs) -> GateResult:
     result.meta["load_capacity"] = asdict(cap) if cap is not None else None
     shared = start_shared(args, limits, isolation, stage_nonce(gate_nonce, "parity"))
     try:
-        ok = _run_stages(args, result, integrity, limits, isolation, gate_nonce, shared)
+        ok = _run_stages(args, result, integrity, limits, isolation, gate_nonce, shared, cap)
     finally:
         close_shared(shared)
     result.nonces["gate"] = gate_nonce
@@ -270,7 +270,7 @@ def run_gate(args: GateArgs) -> GateResult:
 
 
 def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limits, isolation: str, gate_nonce: int,
-                shared: dict) -> bool:
+                shared: dict, capacity) -> bool:
     """Run the stages into ``result`` (JSON rewritten before each); True when all are green."""
     from harness.gate_stages import ADVISORY, STAGE_RUNNERS, StageContext, StageOutcome
     from harness.nonce import stage_nonce
@@ -283,7 +283,7 @@ def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limit
         nonce = stage_nonce(gate_nonce, name)
         t0 = time.perf_counter()
         try:
-            out = STAGE_RUNNERS[name](StageContext(args, limits, isolation, nonce, shared))
+            out = STAGE_RUNNERS[name](StageContext(args, limits, isolation, nonce, capacity, shared))
         except WorkerFailure as err:  # a worker overran its limit or died; it has been killed
             out = StageOutcome(err.verdict, str(err), {"stderr_tail": err.stderr_tail})
         except Exception as err:  # an engine broke a rule the judge checks (BenchError), or raised where it may not

@@ -23,6 +23,8 @@ class StageContext:
     limits: WorkerLimits
     isolation: str
     nonce: int
+    #: the one ``engine.load`` capacity of every engine worker of the gate (``gate_capacity``, computed once)
+    capacity: Any
     #: workers carried between stages: ``reference`` (a ReferenceCache started at the gate's start, so its imports
     #: overlap the static stage) and ``engine_worker`` (the static stage's worker, reused by parity once static is green)
     shared: dict = field(default_factory=dict)
@@ -86,19 +88,8 @@ def gate_capacity(a):
     Why: ``tests/cheats/bench_from_load_capacity.py`` armed fp8 MoE activations when load() was asked for the bench's
     capacity (5 x 32 on the CPU shapes) and stayed the template engine under parity's (11 x 977).
 
-    Memory (what it costs): on the CPU target (default workloads) every worker loads 11 x 977 (the bench's engines
-    5 x 32 before); the tiny model's state is a few MB either way. At full size (Qwen3.6-35B-A3B: 10 full-attention
-    layers of 2 KV heads x 256 in bf16, 20 KiB of KV per token and slot in the static cache the H200 renders,
-    ``kv_block_size`` 0; 30 GDN layers, 61.4 MiB of state per slot; the cache holds max_batch + 1 slots), with the
-    default workloads every worker loads 33 x 4033: 5.0 GB of KV + GDN state per engine, against 2.55 GB for each
-    bench engine (33 x 520) and 3.5 GB for parity's (23 x 4033) before: the bench's two engines take 4.9 GB more
-    together, parity's engine 1.5 GB more (beside the bf16 reference, ~70 GB, and ~20 GB of engine weights).
-    conc128 instead of conc32: 129 x 4033, 19.1 GB per engine (the bench's 6.6 GB before). conc128 with ttft-8k:
-    129 x 8225, 30.3 GB per engine (the bench's two engines had 2 x 21.9 GB before; parity's engine 5.6 GB, now
-    30.3 GB beside the reference: ~120 GB of the H200's 141 before activations). conc128 with prefill-16k: the bench
-    alone already asked 2 x 51 GB of state (130 x 16009; it never fit one H200 with the weights), the union adds
-    0.07 GB per engine. A paged KV cache (``kv_block_size`` N) sizes its pool from free memory on CUDA, not from
-    max_seq_len; its GDN state still scales with max_batch.
+    Memory: at full size with the default workloads every worker loads 33 x 4033 (5.0 GB of KV + GDN state per
+    engine); the other combinations are worked out in docs/BENCHMARKS.md, "Capacity".
     """
     from harness.bench import shapes_for
     from harness.parity import parity_capacity
@@ -128,7 +119,7 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     quick = {k: v for k, v in (("lengths", parity_lengths(a)), ("steps", a.parity_steps)) if v is not None}
     res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                      isolation=ctx.isolation, reference=ctx.shared.get("reference"),
-                     engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=gate_capacity(a), **quick)
+                     engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=ctx.capacity, **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
     data = res.to_json()
@@ -150,7 +141,7 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
 
     a = ctx.args
     config = BenchConfig(list(a.workloads), a.rounds, a.seed, shapes_for(a.scale), a.device, get_gpu(a.gpu),
-                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=gate_capacity(a))
+                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=ctx.capacity)
     res = run_bench(a.engine, a.checkpoint, config, a.baseline)
     return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
 
@@ -171,7 +162,7 @@ def stage_profile(ctx: StageContext) -> StageOutcome:
     limit = a.profile_timeout or (ctx.limits.load_s + ctx.limits.call_s)
     config = ProfileConfig(prompt=shapes.prompt, batch=a.profile_batch, context=shapes.prompt, seed=a.seed,
                            device=a.device, gpu=get_gpu(a.gpu), nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation,
-                           limit_s=limit, load_capacity=gate_capacity(a))
+                           limit_s=limit, load_capacity=ctx.capacity)
     try:
         res = run_profile(a.engine, a.checkpoint, config)
     except ProfileError as err:

@@ -273,7 +273,7 @@ def test_every_stage_loads_the_engine_with_one_capacity(gpu, scale, workloads, s
     for stage in (stage_parity, stage_bench, stage_profile):
         if stage.__name__.removeprefix("stage_") in stages:
             with pytest.raises(_LoadSeen):
-                stage(StageContext(a, WorkerLimits(), "process", 7, {"reference": _FakeReference(ck)}))
+                stage(StageContext(a, WorkerLimits(), "process", 7, gate_capacity(a), {"reference": _FakeReference(ck)}))
     roles = [r for r, _, _ in _LoadRecorder.loads]
     assert len(roles) == sum(s in stages for s in ("parity", "bench", "profile"))
     assert {(b, n) for _, b, n in _LoadRecorder.loads} == {want}
