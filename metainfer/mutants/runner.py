@@ -132,16 +132,19 @@ class ParityJudge:
 
     def __init__(self, checkpoint: Path, *, device: str, seed: int, lengths: tuple[int, ...], steps: int) -> None:
         from harness import parity
+        from harness.worker import WorkerLimits
 
         self.run_parity = parity.run_parity
-        self.kwargs = dict(seed=seed, device=device, lengths=lengths, steps=steps)
+        # the gate's limits for the same scale: a full-size bf16 reference takes minutes to load on the GPU
+        limits = WorkerLimits.for_scale("cpu" if str(device) == "cpu" else "full")
+        self.kwargs = dict(seed=seed, device=device, lengths=lengths, steps=steps, limits=limits)
         self.checkpoint = checkpoint
         self.cache = None
         if "reference" in inspect.signature(parity.run_parity).parameters:
             from harness.reference_cache import ReferenceCache
 
             # a fixed nonce: every run of the suite with one --seed judges the same prompts (reproducible tables)
-            self.cache = ReferenceCache(checkpoint, device=device, nonce=seed)
+            self.cache = ReferenceCache(checkpoint, device=device, nonce=seed, limits=limits)
             self.kwargs["reference"] = self.cache
 
     def __call__(self, engine_dir: Path, lengths: tuple[int, ...] | None = None, steps: int | None = None):
