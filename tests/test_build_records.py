@@ -115,7 +115,7 @@ def test_summary_table_and_html_plot(tmp_path):
     md = summary_markdown(rec)
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
     assert len(lines) == 1 + 3  # header + one row per iteration
-    assert ("| 1 | **accepted** abcdef12 | faster | 0.004 | 1.300 ± 0.050 | 1.300 | 15 vs 20 ms | 41.5 vs 32 tok/s "
+    assert ("| 1 | **accepted** abcdef12 | faster | 0.004 | 1.300× ± 5.0 % | 1.300 | 15 vs 20 ms | 41.5 vs 32 tok/s "
             "| 120 vs 100 tok/s |") in md
     assert "| 2 | rejected | broken | 0.41 | – |" in md and "accepted 1 of 2 candidates" in md and "scaled down" in md
     page = write_summary(rec).read_text()
@@ -192,7 +192,7 @@ def test_noise_run_note_states_the_margin_and_warns_when_the_machine_was_unstead
         return {"bench": {"objective": {"speedup": speedup, "noise": noise}}}
 
     steady = noise_run_note(gate(1.02, 0.03))
-    assert "1.020 ± 0.030" in steady and "must exceed 0.000" in steady and "unsteady" not in steady
+    assert "1.020× ± 3.0 %" in steady and "must exceed 0.000" in steady and "unsteady" not in steady
     off = noise_run_note(gate(1.3, 0.05))  # the same engine 30 % off itself, well beyond its own noise
     assert "must exceed 0.250" in off and "unsteady" in off
     assert "unsteady" in noise_run_note(gate(1.2, 0.77))  # a noise bar of 77 %: nothing steady was measured
@@ -207,3 +207,35 @@ def test_a_report_that_cannot_be_written_is_said_and_ends_nothing(tmp_path):
     said: list[str] = []
     assert write_summary_safely(broken, said.append) is None
     assert len(said) == 1 and "could not write the report: KeyError" in said[0] and "metainfer report r-1" in said[0]
+
+
+def test_report_shows_the_sharp_parity_checks_and_that_the_run_was_resumed(tmp_path):
+    from metainfer.build.decision import figures
+
+    rec = RunRecord.create(tmp_path, "m-nvfp4-cpu", {"agent": "offline", "seed": 0, "branch": "b", "iterations": 1})
+    ok, red = _gate(), _gate()
+    ok["parity"].update({"local_update_errors": [0.01, 0.03, 0.02], "local_update_tolerances": [0.04, 0.04, 0.08],
+                         "local_logits_err": 0.0017, "tolerances": {"local_logits": 0.0048},
+                         "consistency": {"decode alone": 0.009, "prefill alone": 0.001},
+                         "consistency_tolerances": {"decode alone": 0.0125, "prefill alone": 0.0125}})
+    red["parity"].update({**ok["parity"], "local_update_errors": [0.01, 0.05, 0.02]})  # layers.1 over its threshold
+    for i, g in enumerate((ok, red)):
+        d = rec.iter_dir(i)
+        write_json(d / "gate.json", g)
+        write_json(d / "report.json", {"iteration": i, "accepted": i == 0, "summary": f"s{i}", "reason": "r",
+                                       "figures": figures(g), "cumulative_speedup": 1.0})
+    rec.state["resumed"] = ["2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z"]
+    assert [c["check"].split(",")[0] for c in figures(ok)["sharp"]] == ["layer-local update", "final norm + lm_head",
+                                                                        "consistency"]
+    md = summary_markdown(rec)
+    assert "resumed 2 times: 2026-12-02T10:00:00Z, 2026-12-02T11:00:00Z" in md
+    page = write_summary(rec).read_text()
+    assert 'id="resumed"' in page and "2 times" in page
+    assert "worst 0.75 of its threshold" in page and "worst 1.25 of its threshold" in page  # layers.1: 0.03/0.04, 0.05/0.04
+    it1 = (rec.path / "iter-001" / "report.html").read_text()
+    assert "layer-local update, layers.1 (worst of 3)" in it1 and "0.05 (threshold 0.04: 1.25 of it)" in it1
+    assert "consistency, decode alone (worst of 2)" in it1 and "final norm + lm_head" in it1
+    from metainfer.build.report import iteration_markdown
+
+    assert "| parity: final norm + lm_head | 0.0017 (threshold 0.0048: 0.35 of it) |" in iteration_markdown(
+        "t", "r", json.loads((rec.path / "iter-000" / "report.json").read_text()))

@@ -240,3 +240,26 @@ def test_a_missing_engine_folder_points_at_the_build_worktree(tmp_path):
     assert hint.startswith("; the build's engine of") and hint.endswith(f".metainfer/worktrees/{name}/generated/{name}")
     p = _cli("parity", "--engine", f"generated/{name}", "--checkpoint", str(tmp_path), cwd=tmp_path)
     assert p.returncode == 2 and f".metainfer/worktrees/{name}/generated/{name}" in p.stderr, p.stderr
+
+
+def test_report_of_a_committed_run_leaves_its_files_unchanged(tmp_path):
+    from metainfer.build.records import RunRecord, write_json
+
+    repo = tmp_path / "repo"
+    rec = RunRecord.create(repo / "results", "m-nvfp4-cpu", {"agent": "offline", "seed": 0, "branch": "b", "iterations": 1})
+    write_json(rec.iter_dir(0) / "report.json", {"iteration": 0, "accepted": True, "summary": "baseline", "reason": "ok",
+                                                 "figures": {}, "cumulative_speedup": 1.0})
+    (rec.path / "summary.html").write_text("<html>as committed</html>")
+    for cmd in (["init", "-q", "-b", "main"], ["config", "user.name", "t"], ["config", "user.email", "t@t"], ["add", "-A"],
+                ["commit", "-qm", "a committed run"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True)
+    env = _env(tmp_path)
+    r = _cli("report", str(rec.path), cwd=repo, env=env)
+    assert r.returncode == 0, r.stderr
+    copy = Path(env["TMPDIR"]) / f"metainfer-report-{rec.run_id}" / rec.run_id / "summary.html"
+    assert "is committed: the report is written to a copy" in r.stdout and f"html: {copy}" in r.stdout
+    assert "<table" in copy.read_text()
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True, text=True)
+    assert status.stdout == "" and (rec.path / "summary.html").read_text() == "<html>as committed</html>"
+    r = _cli("report", str(rec.path), "--in-place", cwd=repo, env=env)
+    assert r.returncode == 0 and "<table" in (rec.path / "summary.html").read_text()

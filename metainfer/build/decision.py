@@ -45,7 +45,7 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     ``decode_tolerance`` (teacher-forced decode logits), ``speedup``, ``noise``, ``beats_baseline``,
     ``scaled_down``, ``roofline_fraction`` (decode-bs1's, else the first workload's), and per workload
     ``workloads[name] = {"unit", "candidate", "baseline", "spread", "higher_is_better", "ratios"}`` (medians;
-    ``ratios``: the paired per-round ratios, > 1 where the candidate won the round).
+    ``ratios``: the paired per-round ratios, > 1 where the candidate won the round), and ``sharp``: ``sharp_parity``.
     """
     parity = result.get("parity") or {}
     bench = result.get("bench") or {}
@@ -66,7 +66,31 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "decode_tolerance": as_float(parity.get("decode_tolerance")),
             "speedup": as_float(objective.get("speedup")), "noise": as_float(objective.get("noise")),
             "beats_baseline": objective.get("beats_baseline"), "scaled_down": bench.get("scaled_down"),
-            "roofline_fraction": roofline, "workloads": workloads}
+            "roofline_fraction": roofline, "workloads": workloads, "sharp": sharp_parity(parity)}
+
+
+def sharp_parity(parity: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sharp parity checks of a gate's ``parity`` section, the worst of each kind as ``{"check", "figure",
+    "threshold"}`` (docs/PARITY.md, "Layer-local parity" and "Consistency"): the worst layer's layer-local update
+    (by its fraction of its own threshold), the final norm + lm_head, the worst consistency figure. Empty for a gate
+    that did not get that far or an older gate JSON."""
+    out: list[dict[str, Any]] = []
+    errs, tols = parity.get("local_update_errors") or [], parity.get("local_update_tolerances") or []
+    pairs = [(i, as_float(e), as_float(t)) for i, (e, t) in enumerate(zip(errs, tols))]
+    pairs = [(i, e, t) for i, e, t in pairs if e is not None and t]
+    if pairs:
+        i, e, t = max(pairs, key=lambda x: x[1] / x[2])
+        out.append({"check": f"layer-local update, layers.{i} (worst of {len(pairs)})", "figure": e, "threshold": t})
+    lm, lm_tol = as_float(parity.get("local_logits_err")), as_float((parity.get("tolerances") or {}).get("local_logits"))
+    if lm is not None and lm_tol:
+        out.append({"check": "final norm + lm_head", "figure": lm, "threshold": lm_tol})
+    cons, cons_tol = parity.get("consistency") or {}, parity.get("consistency_tolerances") or {}
+    rows = [(k, as_float(v), as_float(cons_tol.get(k))) for k, v in cons.items()]
+    rows = [(k, v, t) for k, v, t in rows if v is not None and t]
+    if rows:
+        k, v, t = max(rows, key=lambda x: x[1] / x[2])
+        out.append({"check": f"consistency, {k} (worst of {len(rows)})", "figure": v, "threshold": t})
+    return out
 
 
 def parity_failure(f: dict[str, Any], error: str | None = None) -> str | None:
@@ -141,8 +165,9 @@ def noise_run_note(noise_run: dict[str, Any] | None) -> str | None:
     speedup, noise, margin = as_float(objective.get("speedup")), as_float(objective.get("noise")), aa_margin(noise_run)
     if speedup is None or margin is None:
         return None
-    note = (f"Noise run (the baseline raced against a copy of itself): {speedup:.3f} ± {noise or 0.0:.3f}; every "
-            f"candidate's speedup − 1 must exceed {margin:.3f}.")
+    note = (f"Noise run (the baseline raced against a copy of itself): {speedup:.3f}× ± {100 * (noise or 0.0):.1f} %. "
+            f"Besides beating the best engine by more than its own noise in every round, a candidate's speedup − 1 must "
+            f"exceed {margin:.3f}, how far the engine raced against itself landed from 1.")
     if margin > UNSTEADY_MARGIN or (noise or 0.0) > UNSTEADY_NOISE:
         note += (" The same engine did not time the same twice: this machine was unsteady (other jobs on these "
                  "cores?), so a small speedup here means little; rerun on idle cores to trust one.")

@@ -57,7 +57,7 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
                 break
             iterate(s, agent, st["next_iteration"])
         else:
-            st["status"], st["stop_reason"] = "finished", f"ran {st['iterations']} iterations"
+            st["status"], st["stop_reason"] = "finished", f"ran {st['iterations']} iteration{'' if st['iterations'] == 1 else 's'}"
     except BudgetExceeded as err:
         st["status"], st["stop_reason"] = "stopped", f"agent budget exceeded: {err}"
         s.progress.line(None, f"stopping: {st['stop_reason']}")

@@ -21,6 +21,14 @@ def _num(x: Any, fmt: str = ".3g") -> str:
     return "–" if x is None else format(x, fmt)
 
 
+def speedup_text(speedup: Any, noise: Any, fmt: str = ".3f") -> str:
+    """``1.234× ± 5.6 %``: a paired speedup with its noise, which is relative (half the relative range of the paired
+    ratios), so it is printed as a percentage; an en dash without a speedup."""
+    if speedup is None:
+        return "–"
+    return f"{format(speedup, fmt)}× ± {100 * (noise or 0.0):.1f} %"
+
+
 def _workload(f: dict | None, name: str) -> str:
     """``candidate vs best unit`` of one workload (the best engine's figure it was raced against beside it)."""
     w = ((f or {}).get("workloads") or {}).get(name)
@@ -49,7 +57,9 @@ def iteration_markdown(target: str, run_id: str, r: dict[str, Any]) -> str:
     lines += ["| figure | value |", "|---|---|",
               f"| parity max rel err | {_num(f.get('max_rel_err'))} (tolerance {_num(f.get('tolerance'))}) |",
               f"| parity max decode rel err | {_num(f.get('max_decode_rel_err'))} (tolerance {_num(f.get('decode_tolerance'))}) |",
-              f"| speedup vs best | {_num(f.get('speedup'), '.4f')} ± {_num(f.get('noise'), '.4f')} |",
+              *(f"| parity: {c['check']} | {c['figure']:.3g} (threshold {c['threshold']:.3g}: {c['figure'] / c['threshold']:.2f} of it) |"
+                for c in f.get("sharp") or []),
+              f"| speedup vs best | {speedup_text(f.get('speedup'), f.get('noise'), '.4f')} |",
               f"| cumulative speedup | {_num(r.get('cumulative_speedup'), '.4f')} |",
               f"| roofline fraction | {'n/a (CPU)' if f.get('scaled_down') else _num(f.get('roofline_fraction'))} |"]
     for name, w in (f.get("workloads") or {}).items():
@@ -81,7 +91,7 @@ def summary_table(history: list[dict[str, Any]]) -> str:
             "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in history:
         f = r.get("figures") or {}
-        sp = "–" if f.get("speedup") is None else f"{f['speedup']:.3f} ± {f.get('noise') or 0:.3f}"
+        sp = speedup_text(f.get("speedup"), f.get("noise"))
         verdict = verdict_label(r)
         if r["accepted"] and r["iteration"] > 0:
             verdict = "**accepted** " + (r.get("commit") or "")[:8]
@@ -104,7 +114,11 @@ def summary_markdown(record: RunRecord) -> str:
              f"- best: iteration {best.get('iteration', '–')}, commit `{(best.get('commit') or '–')[:12]}`, "
              f"cumulative speedup {_num(best.get('cumulative_speedup'), '.3f')} over the baseline",
              f"- accepted {sum(r['accepted'] for r in history if r['iteration'] > 0)} of "
-             f"{sum(1 for r in history if r['iteration'] > 0)} candidates", ""]
+             f"{sum(1 for r in history if r['iteration'] > 0)} candidates"]
+    if st.get("resumed"):
+        n = len(st["resumed"])
+        lines.append(f"- resumed {n} time{'' if n == 1 else 's'}: {', '.join(map(str, st['resumed']))}")
+    lines.append("")
     if scaled:
         lines += ["Benchmarks ran **scaled down** (CPU workloads); figures are not GPU figures.", ""]
     try:

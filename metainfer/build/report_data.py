@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metainfer.build.decision import as_float, noise_run_note
+from metainfer.build.decision import as_float, noise_run_note, sharp_parity
 from metainfer.build.records import RunRecord
 
 WORKLOAD_ORDER = ("ttft", "decode-bs1", "conc32", "conc64", "conc128", "ttft-2k", "ttft-8k", "prefill-16k")
@@ -57,6 +57,20 @@ class StageView:
 
 
 @dataclass
+class SharpCheck:
+    """One sharp parity check, the worst of its kind (``decision.sharp_parity``): its figure and threshold (relative
+    L2, unitless); ``fraction`` = figure / threshold, under 1 to pass."""
+
+    check: str
+    figure: float
+    threshold: float
+
+    @property
+    def fraction(self) -> float:
+        return self.figure / self.threshold
+
+
+@dataclass
 class KernelRow:
     """One op group of a gate profile: milliseconds per step, calls and (on a GPU) fraction of roofline."""
 
@@ -74,6 +88,7 @@ class IterationView:
     Attributes:
         verdict: ``baseline``, ``baseline failed``, ``accepted`` or ``rejected``; css: its style class.
         layer_errors: ``(prompt name, [relative error per layer])`` when the gate recorded them.
+        sharp: the sharp parity checks (layer-local, lm_head, consistency), the worst of each kind.
         files: names of the raw record files present in ``iter-NNN/`` (the page links only to these).
     """
 
@@ -106,6 +121,7 @@ class IterationView:
     on_cpu: bool
     env: dict[str, Any]
     layer_errors: list[tuple[str, list[float]]] = field(default_factory=list)
+    sharp: list[SharpCheck] = field(default_factory=list)
     profile: list[KernelRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
@@ -138,6 +154,7 @@ class RunView:
     workload_names: list[str]
     in_flight: str | None = None
     noise_run: str | None = None  # decision.noise_run_note of iteration 0's gate
+    resumed: list[str] = field(default_factory=list)  # UTC times the run was resumed at
 
     @property
     def candidates(self) -> list[IterationView]:
@@ -193,6 +210,17 @@ def _layer_errors(parity: dict[str, Any]) -> list[tuple[str, list[float]]]:
     return out
 
 
+def _sharp(parity: dict[str, Any] | None, recorded: list[dict[str, Any]] | None) -> list[SharpCheck]:
+    """The sharp checks from the gate's parity section, else from ``report.json``'s figures; malformed entries skipped."""
+    rows = sharp_parity(parity) if parity else (recorded or [])
+    out = []
+    for c in rows:
+        fig, thr = as_float(c.get("figure")), as_float(c.get("threshold"))
+        if fig is not None and thr:
+            out.append(SharpCheck(str(c.get("check")), fig, thr))
+    return out
+
+
 def _profile(gate: dict[str, Any], on_cpu: bool) -> list[KernelRow]:
     """Rows of the gate's ``profile`` (``{"phases": {phase: {"ops": [{op, ms, calls, roofline_fraction}]}}}``
     or a flat ``{"ops": [...]}``), largest first per phase."""
@@ -237,7 +265,7 @@ def iteration_view(d: Path, r: dict[str, Any], vllm: dict[str, float]) -> Iterat
         tokens=r.get("tokens") or {}, agent_seconds=float(r.get("agent_seconds") or 0.0), error=r.get("error"),
         changed_paths=list(r.get("changed_paths") or []), tunables=r.get("tunables"), scaled_down=bool(f.get("scaled_down")),
         on_cpu=on_cpu, env=gate.get("env") or {}, layer_errors=_layer_errors(gate.get("parity") or {}),
-        profile=_profile(gate, on_cpu), files=files)
+        sharp=_sharp(gate.get("parity"), f.get("sharp")), profile=_profile(gate, on_cpu), files=files)
 
 
 def vllm_figures(repo_root: Path | None, target: str) -> tuple[dict[str, float], str | None]:
@@ -291,7 +319,8 @@ def run_view(record: RunRecord) -> RunView:
         started=st.get("started"), ended=st.get("ended"), active_seconds=float(st.get("active_seconds") or 0.0),
         cost_usd=float(st.get("cost_usd") or 0.0), best=st.get("best") or {}, iterations=iterations,
         scaled_down=any(it.scaled_down for it in iterations), vllm_source=source if any(not it.on_cpu for it in iterations) else None,
-        workload_names=names, in_flight=in_flight, noise_run=noise_run_note(_gate_json(record.path / "iter-000")))
+        workload_names=names, in_flight=in_flight, noise_run=noise_run_note(_gate_json(record.path / "iter-000")),
+        resumed=[str(t) for t in st.get("resumed") or []])
 
 
 def _gate_json(d: Path) -> dict[str, Any] | None:

@@ -37,12 +37,22 @@ def num(x: Any, fmt: str = ".3g") -> str:
     return format(x, fmt)
 
 
+def pct(x: Any, fmt: str = ".1f") -> str:
+    """A relative figure (0.056) as a percentage (``5.6 %``); an en dash for None, ``nan`` for NaN."""
+    if x is None:
+        return "–"
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return f"{format(100 * x, fmt)} %"
+
+
 def _env() -> jinja2.Environment:
     if not (TEMPLATES / "run.html.j2").is_file():
         raise FileNotFoundError(f"report templates missing: {TEMPLATES}/run.html.j2; run metainfer from a full clone")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = num
+    env.filters["pct"] = pct
     return env
 
 

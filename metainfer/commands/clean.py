@@ -19,7 +19,7 @@ import typer
 
 #: prefixes of the temporary folders metainfer creates (build exports, step exports, agent gate runs, serve renders and exports, generate exports)
 TEMP_PREFIXES = ("metainfer-best-", "metainfer-head-", "metainfer-baseline-", "metainfer-gate-", "metainfer-serve-",
-                 "metainfer-generate-")
+                 "metainfer-generate-", "metainfer-report-")
 #: a temporary folder younger than this may belong to a run that has not started its gate yet (queued
 #: attempts of `metainfer cheats`, an export made before a long checkpoint write): kept
 MIN_AGE_S = 3600.0
