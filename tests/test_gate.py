@@ -287,3 +287,29 @@ def test_cpu_gate_threads_default_to_one_and_follow_omp_num_threads(omp, want):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(want), str(want)]
+
+
+@pytest.mark.parametrize("stages", ["parity", "bench"])
+def test_the_real_gate_loads_every_engine_with_the_union_capacity(stages, tiny_checkpoint, tmp_path):
+    """Through the real gate (its workers, on the CPU): an engine whose load() raises with its arguments shows that the
+    stage's workers ask for ``gate_capacity`` of the gate's arguments (the test above shows that this is one union
+    for every stage a gate runs)."""
+    from harness.gate import parse_args
+    from harness.gate_stages import gate_capacity
+
+    eng = tmp_path / "e" / "engine"
+    eng.mkdir(parents=True)
+    (eng / "__init__.py").write_text(
+        "class SamplingParams:\n    pass\n\n\n"
+        "def load(checkpoint, device='cpu', max_batch=1, max_seq_len=1, **kw):\n"
+        "    raise RuntimeError(f'LOADED-WITH {max_batch} {max_seq_len}')\n")
+    ck = tiny_checkpoint("bf16")
+    argv = ["--engine", str(tmp_path / "e"), "--baseline", str(tmp_path / "e"), "--checkpoint", str(ck), "--gpu", "cpu",
+            "--stages", stages, "--rounds", "1", "--parity-lengths", "1,17", "--parity-steps", "2",
+            "--json", str(tmp_path / "g.json")]
+    cap = gate_capacity(parse_args(argv))
+    out = subprocess.run([sys.executable, "-m", "harness.gate", *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+    g = json.loads((tmp_path / "g.json").read_text())
+    error = " ".join(st.get("error") or "" for st in g["stages"])
+    seen = {tuple(map(int, x.split())) for x in __import__("re").findall(r"LOADED-WITH (\d+ \d+)", error)}
+    assert out.returncode != 0 and seen == {(cap.max_batch, cap.max_seq_len)}, (error[:500], out.stderr[-500:])
