@@ -239,3 +239,26 @@ def test_report_shows_the_sharp_parity_checks_and_that_the_run_was_resumed(tmp_p
 
     assert "| parity: final norm + lm_head | 0.0017 (threshold 0.0048: 0.35 of it) |" in iteration_markdown(
         "t", "r", json.loads((rec.path / "iter-000" / "report.json").read_text()))
+
+
+def test_the_h200_gates_profile_and_parity_render(tmp_path):
+    """The gate JSON of the profile stage's first H200 run (docs/results/h200-2026-12-02-c) renders: every profiled op
+    of both phases in the table, the plots, the sharp checks."""
+    from pathlib import Path
+
+    from metainfer.build.decision import figures
+
+    g = json.loads((Path(__file__).parents[1] / "docs/results/h200-2026-12-02-c/tiny-gate-profile.json").read_text())
+    rec = RunRecord.create(tmp_path, "qwen3.6-35b-a3b-tiny-nvfp4-h200", {"agent": "offline", "seed": 0, "branch": "b",
+                                                                         "iterations": 1})
+    d = rec.iter_dir(0)
+    write_json(d / "gate.json", g)
+    write_json(d / "report.json", {"iteration": 0, "accepted": True, "summary": "baseline", "reason": "ok",
+                                   "figures": figures(g), "cumulative_speedup": 1.0})
+    write_summary(rec)
+    page = (d / "report.html").read_text()
+    rows = page.split('id="profile"')[1].split("</table>")[0]
+    ops = [(ph, o["op"]) for ph, body in g["profile"]["phases"].items() for o in body["ops"]]
+    assert len(ops) > 10 and all(f"<td>{ph}</td><td><code>{op}</code>" in rows for ph, op in ops)
+    assert (d / "profile.png").is_file() and (d / "layers.png").is_file()
+    assert page.count('class="sharp"') == 3 and "consistency, decode alone" in page
