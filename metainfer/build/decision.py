@@ -167,7 +167,8 @@ def noise_run_note(noise_run: dict[str, Any] | None) -> str | None:
         return None
     note = (f"Noise run (the baseline raced against a copy of itself): {speedup:.3f}× ± {100 * (noise or 0.0):.1f} %. "
             f"Besides beating the best engine by more than its own noise in every round, a candidate's speedup − 1 must "
-            f"exceed {margin:.3f}, how far the engine raced against itself landed from 1.")
+            f"exceed {margin:.3f}: how far beyond its own noise the engine raced against itself landed from 1 (0 when "
+            f"within it).")
     if margin > UNSTEADY_MARGIN or (noise or 0.0) > UNSTEADY_NOISE:
         note += (" The same engine did not time the same twice: this machine was unsteady (other jobs on these "
                  "cores?), so a small speedup here means little; rerun on idle cores to trust one.")

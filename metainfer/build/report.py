@@ -24,9 +24,9 @@ def _num(x: Any, fmt: str = ".3g") -> str:
 def speedup_text(speedup: Any, noise: Any, fmt: str = ".3f") -> str:
     """``1.234× ± 5.6 %``: a paired speedup with its noise, which is relative (half the relative range of the paired
     ratios), so it is printed as a percentage; an en dash without a speedup."""
-    if speedup is None:
-        return "–"
-    return f"{format(speedup, fmt)}× ± {100 * (noise or 0.0):.1f} %"
+    from metainfer.build.report_html import pct
+
+    return "–" if speedup is None else f"{format(speedup, fmt)}× ± {pct(noise or 0.0)}"
 
 
 def _workload(f: dict | None, name: str) -> str:
