@@ -236,6 +236,7 @@ class _LoadRecorder:
 class _FakeReference:
     def __init__(self, checkpoint):
         self.checkpoint, self.nonce, self.vocab_size, self.dtype = Path(checkpoint).resolve(), 3, 1024, "float32"
+        self.device = "cpu"  # apart from the engine's device: parity sends the engine load before any reference run
 
     def start(self):
         pass
