@@ -1,4 +1,5 @@
-"""Full-size GPU parity of the engine with the GDN chunk dots at each precision (tf32x3, the default, then tf32).
+"""Full-size GPU parity of the engine with the GDN chunk dots at each precision (``--precisions``; the template's default
+is tf32).
 
 Writes ``<out>/gdn_precision.jsonl``: one line per precision with the run-level figures (consistency per mode,
 its thresholds, the worst layer-local update and lm_head as fractions of their thresholds) of
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from harness.prompts import SeedDrawn
-from metainfer.mutants.runner import ParityJudge, _figure
+from metainfer.commands.mutants import _parse_lengths
+from metainfer.mutants.catalogue import OPS_GDN, Edit, Mutant
+from metainfer.mutants.runner import ParityJudge, _figure, apply_mutant
 from metainfer.render import render_engine
 from metainfer.targets import make_target
 
@@ -35,7 +36,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--lengths", default="65,2049,3000-4000", help="comma list; a-b: drawn from the seed in [a, b]")
     args = p.parse_args()
-    lengths = tuple(SeedDrawn(*map(int, x.split("-"))) if "-" in x else int(x) for x in args.lengths.split(","))
+    lengths = _parse_lengths(args.lengths)
     judge = ParityJudge(Path(args.ckpt), device=args.device, seed=args.seed, lengths=lengths, steps=32)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     out = Path(args.out) / "gdn_precision.jsonl"
@@ -43,12 +44,9 @@ def main() -> int:
         base = render_engine(make_target(args.model, "nvfp4", "h200"), Path(tmp) / "r", force=True)
         try:
             for prec in args.precisions.split(","):
-                eng = Path(tmp) / prec / base.name
-                shutil.copytree(base, eng)
-                op = eng / "engine" / "ops" / "gdn_chunk.py"
-                text = op.read_text()
-                assert text.count(DEFAULT) == 1, "the template's default dot precision line changed"
-                op.write_text(text.replace(DEFAULT, DEFAULT.replace('"tf32")', f'"{prec}")')))
+                # the variant as a one-edit patch: apply_mutant raises MutantDriftError if the default line changed
+                variant = Mutant(prec, f"GDN chunk dots at {prec}", "-", (Edit(OPS_GDN, DEFAULT, DEFAULT.replace('"tf32")', f'"{prec}")')),))
+                eng = apply_mutant(variant, base, Path(tmp) / prec / base.name)
                 t0 = time.perf_counter()
                 r = judge(eng)
                 row = {"precision": prec, "ok": r.ok, "seconds": time.perf_counter() - t0, "figure": _figure(r),
