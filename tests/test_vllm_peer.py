@@ -247,7 +247,9 @@ def test_full_run_path_against_a_stand_in_vllm(full_config_dir, tmp_path):
     w = res["workloads"]
     assert len(w["ttft"]["samples"]) == 3 and len(w["decode-bs1"]["samples"]) == 2 and len(w["conc32"]["samples"]) == 2
     assert 4.0 < w["ttft"]["median"] < 200.0  # ms: one sleep of ~4.2 ms plus overhead
-    assert 0 < w["decode-bs1"]["median"] < 1 / 0.0002 * 1.01  # 255 tokens over >= 255 * 0.2 ms
+    # tok/s: (256 - 1) / (t_256 - t_1) cancels the fixed 4 ms but not either call's sleep overshoot (a first call
+    # late by 3 ms on a loaded machine read 5,297 against the sleeps' 5,000), so only "about 5,000" is asserted
+    assert 2500 < w["decode-bs1"]["median"] < 10000
     assert w["conc32"]["median"] > w["decode-bs1"]["median"]  # 32 streams per sleep
     assert all(math.isfinite(x) for v in w.values() for x in v["samples"])
     g = res["greedy"]
