@@ -114,7 +114,8 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
     if not hidden:
         return RunFigures()
     run = RunFigures(
-        update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden]),
+        update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden],
+                                           drop=tol.local_drop, min_drop=tol.local_min_drop),
         local_update_errors=local_update_errors([h.engine_rows for h in hidden], [h.local for h in hidden],
                                                 drop=tol.local_drop, min_drop=tol.local_min_drop),
         local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],

@@ -177,7 +177,13 @@ def test_result_json_is_strict_json_and_table_names_failures():
     back = json.loads(text)
     assert back["max_rel_err"] == "inf" and back["prompts"][0]["ok"] is False and back["worst_layer"] == "layers.3"
     table = format_table(res)
-    assert "FAIL" in table and "layers.3" in table and "len0064/batched" in table
+    assert "FAIL" in table and "first bad layer layers.3" in table and "len0064/batched" in table
+    ok = PromptFigures("len0017", "alone", 17, prompt_rel_err=0.01, decode_rel_err=0.01, max_abs_err=0.1)
+    passed = ParityResult(True, 0.01, 0.7, 0.01, 0.7, ok.name, None, [ok], 7, "float32", "bfloat16", {}, 2, "cpu",
+                          local_update_errors=[0.01, 0.012, 0.001], local_update_tolerances=[0.02, 0.025, 0.03],
+                          local_logits_err=0.001)
+    line = format_table(passed)
+    assert "None" not in line and "nearest layer-local threshold: layers.0 at 0.50 of it" in line
 
 
 def test_tolerance_lookup():
@@ -236,6 +242,29 @@ def test_pooled_rows_error_drops_the_worst_rows_and_never_passes_nan():
         pooled_rows_error([e], [r], drop=1.0)
     with pytest.raises(ValueError, match="all zeros"):
         pooled_rows_error([e], [torch.zeros_like(r)])
+
+
+def test_pooled_update_errors_leave_out_a_flipped_token_but_not_a_wrong_layer():
+    from harness.parity_metrics import pooled_update_errors
+
+    g = torch.Generator().manual_seed(1)
+    r = torch.randn(5, 18, 8, generator=g, dtype=torch.float64).cumsum(0)  # [L + 1, T, H]: four layers, 18 tokens
+    near = r + 1e-3 * torch.randn(r.shape, generator=g, dtype=torch.float64)  # bf16-like noise on every token
+    flipped = near.clone()
+    flipped[2:, 5] += 3.0 * torch.randn(3, 8, generator=g, dtype=torch.float64)  # token 5 routed otherwise from layer 1 on
+    plain = pooled_update_errors([flipped[:, :9], flipped[:, 9:]], [r[:, :9], r[:, 9:]])
+    kept = pooled_update_errors([flipped[:, :9], flipped[:, 9:]], [r[:, :9], r[:, 9:]], drop=0.01, min_drop=3)
+    assert plain[0] < 0.01 and min(plain[1:]) > 0.1  # without the drop one token fails every later layer
+    assert max(kept) < 0.01 and kept == pytest.approx(pooled_update_errors([near], [r], drop=0.01, min_drop=3), rel=0.2)
+    wrong = near.clone()
+    wrong[3] = wrong[2] + 1.2 * (r[3] - r[2])  # layer 2 writes 20 % too much on every token
+    errs = pooled_update_errors([wrong], [r], drop=0.01, min_drop=3)
+    assert errs[2] == pytest.approx(0.2, rel=0.05) and errs[0] < 0.01
+    nan = near.clone()
+    nan[4, 0, 0] = math.nan
+    assert pooled_update_errors([nan], [r], drop=0.5)[3] == math.inf
+    with pytest.raises(ValueError, match="expected"):
+        pooled_update_errors([near[:, :3]], [r])
 
 
 def test_local_update_errors_and_storage_ratios():
