@@ -60,10 +60,21 @@ def _holds_git(folder: Path) -> bool:
     return any(".git" in dirs or ".git" in files for _, dirs, files in os.walk(folder))
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``), or ``unknown model``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or "unknown model"
+
+
 def env_info(engine_dir: str | Path | None = None) -> dict[str, str | None]:
     """The environment line: ``{"gpu", "driver", "torch", "triton", "cuda", "python", "commit", "harness_commit"}``.
 
-    ``gpu`` is ``torch.cuda.get_device_name(0)`` or ``cpu (<machine>)``; ``driver`` comes from
+    ``gpu`` is ``torch.cuda.get_device_name(0)`` or ``cpu (<model name>, <cores> cores, <machine>)``; ``driver`` comes from
     ``nvidia-smi``; ``commit`` is the git commit of ``engine_dir`` (the engine measured),
     ``harness_commit`` that of this harness. Values that cannot be found are None.
     """
@@ -80,7 +91,7 @@ def env_info(engine_dir: str | Path | None = None) -> dict[str, str | None]:
         driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
         driver = driver.splitlines()[0] if driver else None
     else:
-        gpu, driver = f"cpu ({platform.machine()}, {platform.processor() or 'unknown'})", None
+        gpu, driver = f"cpu ({_cpu_model()}, {os.cpu_count()} cores, {platform.machine()})", None
     harness_dir = Path(__file__).resolve().parent
     return {
         "gpu": gpu,

@@ -154,6 +154,18 @@ def _finite(x):
     return x
 
 
+def _layer_note(result: ParityResult) -> str:
+    """``, first bad layer layers.3`` on a failure that names one; on a pass the layer nearest its layer-local
+    threshold (``, nearest layer-local threshold: layers.7 at 0.48 of it``); else ''."""
+    if result.worst_layer:
+        return f", first bad layer {result.worst_layer}"
+    errs, tols = result.local_update_errors, result.local_update_tolerances
+    if not errs or not tols:
+        return ""
+    frac, layer = max((x / t, l) for l, (x, t) in enumerate(zip(errs, tols, strict=True)))
+    return f", nearest layer-local threshold: layers.{layer} at {frac:.2f} of it"
+
+
 def format_table(result: ParityResult) -> str:
     """A fixed-width text table: one row per entry, then the verdict line."""
     head = f"{'prompt':<16}{'len':>5}{'prefill rel':>13}{'decode rel':>12}{'max abs':>10}{'greedy':>8}{'batch rel':>11}  verdict"
@@ -170,7 +182,7 @@ def format_table(result: ParityResult) -> str:
     lines.append(
         f"parity {'PASS' if result.ok else 'FAIL'}: max prefill rel err {result.max_rel_err:.3e} (tolerance {result.tolerance:.3g}), "
         f"max decode rel err {result.max_decode_rel_err:.3e} (tolerance {result.decode_tolerance:.3g}), "
-        f"worst {result.worst_prompt}, worst layer {result.worst_layer}, seed {result.seed} nonce {result.prompt_nonce}, "
+        f"worst {result.worst_prompt}{_layer_note(result)}, seed {result.seed}{'' if result.prompt_nonce is None else f' nonce {result.prompt_nonce}'}, "
         f"engine {result.engine_dtype} vs reference {result.reference_dtype} on {result.device}, {result.seconds:.1f} s"
     )
     if result.local_update_errors is not None:

@@ -142,6 +142,19 @@ def test_failed_baseline_is_not_called_rejected(tmp_path):
     assert "baseline failed" in row and "rejected" not in row
 
 
+def test_a_gate_that_finished_no_stage_is_not_said_not_to_have_run(tmp_path):
+    rec = RunRecord.create(tmp_path, "tgt", {"agent": "offline", "seed": 0, "branch": "metainfer/tgt", "iterations": 1})
+    for i, gate in ((0, {"ok": False, "seconds": 3601.0, "error": "gate timed out after 3600s and was killed"}), (1, None)):
+        write_json(rec.iter_dir(i) / "report.json", {"iteration": i, "accepted": False, "summary": f"try {i}",
+                                                     "reason": "gate timed out" if gate else "the agent proposed nothing",
+                                                     "figures": {}, "cumulative_speedup": None, "gate": gate})
+    write_summary(rec)
+    timed_out = (rec.iter_dir(0) / "report.html").read_text()
+    assert "The gate ran 3601.0 s and finished no stage: gate timed out after 3600s" in timed_out
+    assert "did not run" not in timed_out
+    assert "The gate did not run for this iteration (the agent proposed nothing)" in (rec.iter_dir(1) / "report.html").read_text()
+
+
 def test_profile_and_per_layer_parity_are_plotted_when_the_gate_recorded_them(tmp_path):
     from metainfer.build.decision import figures
 

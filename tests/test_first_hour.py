@@ -80,8 +80,24 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     tiny = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", "--iterations", "1",
                 "--runs-dir", str(runs))
     assert tiny.returncode == 0 and "2 × (static" in tiny.stdout and "refused" not in tiny.stdout, tiny.stdout
+    assert "(~1 s)" in tiny.stdout  # a 5 MB tiny checkpoint writes in under a second
+    assert f".metainfer/worktrees/{TINY}-bf16-cpu/generated/{TINY}-bf16-cpu/" in tiny.stdout  # where the engine lives
     assert not runs.exists()
     assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.parametrize("flags, names", [
+    (("--workloads", "ttft,foo"), ("unknown workloads ['foo']", "known: ttft")),
+    (("--script", "examples/nope"), ("examples/nope does not exist",)),
+    (("--script", "templates"), ("no .diff or .patch file",)),
+    (("--scale", "huge"), ("--scale must be cpu or full",)),
+])
+def test_bad_build_options_are_refused_before_any_work(tmp_path, flags, names):
+    runs = tmp_path / "runs"
+    for extra in ((), ("--dry-run",)):  # the plan refuses what the run would
+        p = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", *flags, *extra, "--runs-dir", str(runs))
+        assert p.returncode == 2 and all(n in p.stderr for n in names), (extra, p.stdout, p.stderr)
+        assert not runs.exists() and "Traceback" not in p.stderr
 
 
 def test_full_size_on_the_cpu_is_refused_within_seconds(tmp_path):
@@ -151,7 +167,7 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     st = json.loads((run / "run.json").read_text())
     gate_pid = st["in_flight"]["gate_pid"]
     assert st["status"] == "interrupted" and f"metainfer build --resume {run.name} --runs-dir {runs}" in st["stop_reason"]
-    assert not any(exports.glob("metainfer-best-*")), list(exports.iterdir())
+    assert not any(exports.glob("metainfer-*")), list(exports.iterdir())  # the export and the judge's bytecode folder
     stat = Path(f"/proc/{gate_pid}/stat")
 
     def gone() -> bool:
@@ -204,17 +220,23 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
     ck = repo / ".metainfer" / "checkpoints" / "m-bf16-seed0"
     ck.mkdir(parents=True)
     (ck / "model-00001-of-00001.safetensors").write_bytes(b"x" * 1000)
-    stale, fresh = Path(env["TMPDIR"]) / "metainfer-best-old", Path(env["TMPDIR"]) / "metainfer-best-new"
-    for d in (stale, fresh):
+    from metainfer.tempdirs import prefix
+
+    tmp = Path(env["TMPDIR"])
+    stale, fresh = tmp / (prefix("best", repo) + "old"), tmp / (prefix("judge-pycache", repo) + "new")
+    other = tmp / (prefix("best", tmp_path / "another-clone") + "old")  # another clone's run, maybe still going
+    for d in (stale, fresh, other):
         (d / "generated").mkdir(parents=True)
-    os.utime(stale, (time.time() - 7200, time.time() - 7200))
-    keep = Path(env["TMPDIR"]) / "unrelated"
+    for d in (stale, other):
+        os.utime(d, (time.time() - 7200, time.time() - 7200))
+    keep = tmp / "unrelated"
     keep.mkdir()
     p = _cli("clean", "--dry-run", cwd=repo, env=env)
     assert p.returncode == 0 and f"would remove checkpoint" in p.stdout and str(stale) in p.stdout, p.stdout
-    assert "made in the last hour" in p.stdout and ck.exists() and stale.exists()
+    assert "made in the last hour" in p.stdout and ck.exists() and stale.exists() and str(other) not in p.stdout
     p = _cli("clean", cwd=repo, env=env)
     assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
+    assert other.exists()
     assert (repo / "metainfer").is_dir() and "freed" in p.stdout
 
 
@@ -256,7 +278,10 @@ def test_report_of_a_committed_run_leaves_its_files_unchanged(tmp_path):
     env = _env(tmp_path)
     r = _cli("report", str(rec.path), cwd=repo, env=env)
     assert r.returncode == 0, r.stderr
-    copy = Path(env["TMPDIR"]) / f"metainfer-report-{rec.run_id}" / rec.run_id / "summary.html"
+    from metainfer.tempdirs import prefix
+
+    # repo lacks the project layout, so the copy is named for no clone
+    copy = Path(env["TMPDIR"]) / f"{prefix('report', None)}{rec.run_id}" / rec.run_id / "summary.html"
     assert "is committed: the report is written to a copy" in r.stdout and f"html: {copy}" in r.stdout
     assert "<table" in copy.read_text()
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True, text=True)

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Callable
 from harness.result import GateResult
 from metainfer.agents.tools import ToolError, dumps
 from metainfer.build.gate_runner import judge_env
+from metainfer.tempdirs import mkdtemp, temporary_directory, try_root
 
 CTX_ENV = "METAINFER_TOOLS_CTX"
 
@@ -105,7 +105,7 @@ class GateTools:
 
     def bench(self) -> str:
         """Run static + parity + bench against the engine at ``HEAD``; return the JSON summary text."""
-        with tempfile.TemporaryDirectory(prefix="metainfer-baseline-") as tmp:
+        with temporary_directory("baseline", self.judge_dir or try_root()) as tmp:
             base = self._export_head(Path(tmp))
             return dumps(summarize_gate(self.run(["static", "parity", "bench"], baseline=base)))
 
@@ -119,7 +119,7 @@ class GateTools:
         if self.checkpoint is None:
             raise ToolError("no checkpoint is configured for this run, so the gate cannot run here; finish and let the loop gate")
         self.calls += 1
-        out_dir = Path(self.out_dir or tempfile.mkdtemp(prefix="metainfer-gate-"))
+        out_dir = Path(self.out_dir or mkdtemp("gate", self.judge_dir or try_root()))
         out_dir.mkdir(parents=True, exist_ok=True)
         tag = f"tool-{self.calls:02d}-{'-'.join(stages)}"
         json_out = out_dir / f"{tag}.json"
@@ -134,7 +134,7 @@ class GateTools:
         left = self.time_left() if self.time_left else None
         timeout = self.timeout_s if left is None else max(1.0, min(self.timeout_s, left))
         with open(out_dir / f"{tag}.log", "w+") as log:
-            pycache = tempfile.mkdtemp(prefix="metainfer-judge-pycache-")
+            pycache = str(mkdtemp("judge-pycache", self.judge_dir or try_root()))
             proc = subprocess.Popen(argv, cwd=self.judge_dir or self.worktree, stdout=log, stderr=subprocess.STDOUT,
                                     env=judge_env(pycache), start_new_session=True)
             try:

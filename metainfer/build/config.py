@@ -89,7 +89,8 @@ class BuildConfig:
         """Check the numeric options.
 
         Raises:
-            BuildError: a negative iteration count, a non-positive limit, or a checkpoint path that does not exist.
+            BuildError: a negative iteration count, a non-positive limit, a checkpoint path that does not exist, an
+                unknown workload or scale, or ``--script`` patches that do not exist.
         """
         if self.iterations is not None and self.iterations < 0:
             raise BuildError(f"--iterations must be >= 0, got {self.iterations}")
@@ -100,6 +101,26 @@ class BuildConfig:
             raise BuildError(f"--rounds must be >= 1, got {self.gate_rounds}")
         if self.checkpoint is not None and not Path(self.checkpoint).is_dir():
             raise BuildError(f"--checkpoint {self.checkpoint} is not a folder; omit it to use a synthetic checkpoint")
+        if self.gate_scale is not None and self.gate_scale not in ("cpu", "full"):
+            raise BuildError(f"--scale must be cpu or full, got {self.gate_scale!r}")
+        if self.gate_workloads is not None:
+            from harness.workloads import parse_workloads
+
+            try:
+                parse_workloads(list(self.gate_workloads))
+            except ValueError as err:
+                raise BuildError(f"--workloads: {err}") from None
+        if self.agent_options.get("patches"):
+            from metainfer.agents.scripted import expand_patches
+            from metainfer.errors import MetainferError
+
+            try:
+                found = expand_patches(self.agent_options["patches"])
+            except MetainferError as err:
+                raise BuildError(str(err)) from None
+            if not found:
+                raise BuildError(f"--script {' '.join(map(str, self.agent_options['patches']))}: no .diff or .patch "
+                                 "file there; give patch files or folders holding them")
 
     def root(self) -> Path:
         """The repository root (``repo_root`` or found from the cwd)."""

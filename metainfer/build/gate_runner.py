@@ -17,13 +17,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from harness.result import GateResult
+from metainfer.tempdirs import mkdtemp
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
     """
     json_out.unlink(missing_ok=True)
     argv = req.argv(json_out)
-    pycache = tempfile.mkdtemp(prefix="metainfer-judge-pycache-")
+    pycache = str(mkdtemp("judge-pycache", cwd))
     env = judge_env(pycache)
     t0 = time.monotonic()
     with open(log_path, "w") as log:
@@ -184,6 +184,7 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
                 seen = _report_stages(json_out, seen, on_stage)
         except BaseException:  # KeyboardInterrupt or the loop being killed: take the gate down with us
             _kill_group(proc)
+            shutil.rmtree(pycache, ignore_errors=True)
             raise
     seconds = time.monotonic() - t0
     shutil.rmtree(pycache, ignore_errors=True)

@@ -7,7 +7,6 @@ Shared by ``metainfer build`` (iterations 1..N), its baseline (iteration 0) and
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from metainfer.build.records import utc_now, write_json, write_text
 from metainfer.build.report import iteration_markdown
 from metainfer.build.session import Session
 from metainfer.build.worktree import CandidateDiff
+from metainfer.tempdirs import temporary_directory
 
 
 @dataclass
@@ -74,7 +74,7 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
         s.record.state["in_flight"] = {"iteration": i, "gate_pid": pid}
         s.save()
 
-    with tempfile.TemporaryDirectory(prefix="metainfer-best-") as tmp:
+    with temporary_directory("best", s.root) as tmp:
         staged = s.worktree.staged_tree()
         cand = s.worktree.export(staged, Path(tmp) / "candidate")
         best = s.worktree.export(staged if against_self else baseline_sha, Path(tmp) / "best")

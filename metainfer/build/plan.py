@@ -77,7 +77,7 @@ class BuildPlan:
               else f"write a synthetic checkpoint, {size}, to {self.checkpoint} (~{_dur(self.write_s)})")
         return [f"plan for {self.target} (dry run: nothing was written)",
                 f"  checkpoint : {ck}",
-                f"  engine     : {self.engine_action} (branch {self.branch}, worktree {self.worktree})",
+                f"  engine     : {self.engine_action} (branch {self.branch})",
                 f"  agent      : {self.agent}",
                 f"  gates      : {self.gates} × ({' → '.join(self.stages)}); bench workloads {', '.join(self.workloads)}, "
                 f"{self.rounds} A/B rounds, {self.scale} shapes",
@@ -113,17 +113,9 @@ def refuse_full_size_on_cpu(model: str, quant: str, gpu: str, force: bool) -> No
 
 def cached_checkpoint_path(root: Path, model: str, quant: str, seed: int) -> Path:
     """Where ``metainfer.build.session.ensure_checkpoint`` keeps the synthetic checkpoint of (model, quant, seed)."""
-    try:
-        from metainfer.build.session import checkpoint_cache_path  # the session's own keying, where it exposes it
-    except ImportError:
-        checkpoint_cache_path = None
-    if checkpoint_cache_path is not None:
-        return checkpoint_cache_path(root, model, quant, seed)
-    try:
-        from metainfer.checkpoint.init import INIT_VERSION
-    except ImportError:
-        return state_dir(root) / "checkpoints" / f"{model}-{quant}-seed{seed}"
-    return state_dir(root) / "checkpoints" / f"{model}-{quant}-seed{seed}-init{INIT_VERSION}"
+    from metainfer.build.session import checkpoint_cache_path
+
+    return checkpoint_cache_path(root, model, quant, seed)
 
 
 def _earlier_gates(runs: Path, target: str) -> list[float]:
@@ -161,10 +153,12 @@ def make_plan(config: BuildConfig) -> BuildPlan:
         action = "reuse" if found else "write"
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors")) if found else checkpoint_bytes(spec, quant)
     kind = "gpu" if config.gpu != "cpu" else "cpu"
-    write_s = 0.0 if action == "reuse" else (10.0 if spec.tiny else size / WRITE_BPS[kind])
+    write_s = 0.0 if action == "reuse" else max(1.0, size / WRITE_BPS[kind])
     has_branch = subprocess.run(["git", "rev-parse", "--verify", "-q", target.branch], cwd=root, capture_output=True,
                                 text=True)
-    engine = f"render templates/engine/{spec.family} into generated/{target.name}/ and gate it as the baseline"
+    worktree = state_dir(root) / "worktrees" / target.name
+    engine = (f"render templates/engine/{spec.family} into {worktree / 'generated' / target.name}/ and gate it as the "
+              "baseline")
     if has_branch.returncode == 0:
         listed = subprocess.run(["git", "ls-tree", target.branch, "--", f"generated/{target.name}/engine/__init__.py"],
                                 cwd=root, capture_output=True, text=True).stdout.strip()
@@ -181,7 +175,7 @@ def make_plan(config: BuildConfig) -> BuildPlan:
 
     iterations = 3 if config.iterations is None else config.iterations
     return BuildPlan(target=target.name, checkpoint=ckpt, checkpoint_action=action, checkpoint_bytes=size,
-                     engine_action=engine, branch=target.branch, worktree=state_dir(root) / "worktrees" / target.name,
+                     engine_action=engine, branch=target.branch, worktree=worktree,
                      gates=iterations + 1, stages=("static", "parity", "bench") + (() if kind == "cpu" else ("profile",)),
                      workloads=tuple(config.gate_workloads or ("ttft", "decode-bs1", "conc32")),
                      rounds=config.gate_rounds or 5, scale=scale, gate_s=gate_s, gate_source=source, write_s=write_s,

@@ -8,7 +8,6 @@ checks, same gate, same commit trailers) and recorded as a one-iteration run wit
 from __future__ import annotations
 
 import tarfile
-import tempfile
 from pathlib import Path
 
 from harness.hashing import harness_digest
@@ -20,6 +19,7 @@ from metainfer.build.report import write_summary_safely
 from metainfer.build.resume import open_session, release_session
 from metainfer.build.worktree import TargetWorktree
 from metainfer.targets import check_present, make_target
+from metainfer.tempdirs import temporary_directory
 
 
 def run_step(config: BuildConfig, message: str, progress: Progress | None = None) -> RunRecord:
@@ -48,7 +48,7 @@ def run_step(config: BuildConfig, message: str, progress: Progress | None = None
     st["next_iteration"], st["in_flight"] = 1, {"iteration": 1, "gate_pid": None}
     s.save()
     started = utc_now()
-    with tempfile.TemporaryDirectory(prefix="metainfer-head-") as tmp:
+    with temporary_directory("head", root) as tmp:
         wt.repo.git.archive("--format=tar", "-o", str(Path(tmp) / "h.tar"), head, "--", "harness")
         with tarfile.open(Path(tmp) / "h.tar") as tar:
             tar.extractall(tmp, filter="data")

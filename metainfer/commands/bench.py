@@ -21,7 +21,8 @@ def bench(
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when present); cpu runs scaled-down shapes"),
     json_out: Path = typer.Option(None, "--json", help="also write the result here"),
 ) -> None:
-    """Measure one workload of docs/BENCHMARKS.md; print median ± relative spread, roofline fraction, GPU and commit."""
+    """Measure one workload of docs/BENCHMARKS.md; print median ± relative spread, roofline fraction (on a GPU), GPU and
+    commit."""
     import torch
 
     from harness.bench import BenchConfig, bench_single, shapes_for
@@ -70,8 +71,11 @@ def bench(
               "gpu_profile": gpu.name, "env": env, "engine": ours, "peer": None}
     typer.echo(f"{workload} ({'scaled down: ' if own.scaled_down else ''}{own.prompt} in / {own.output} out / {own.streams} streams)"
                f" on {env['gpu']}, commit {env['commit']}")
-    typer.echo(f"  engine: {ours['median']:.4g} {ours['unit']} ± {100 * ours['spread']:.1f}% (range/median, {rounds} samples),"
-               f" {100 * ours['roofline_fraction']:.1f}% of roofline ({ours['roofline']:.4g} {ours['unit']})")
+    on_gpu = device == "cuda"  # the CPU profile's roofline is nominal: a fraction of it claims nothing
+    roof = (f", {100 * ours['roofline_fraction']:.1f}% of roofline ({ours['roofline']:.4g} {ours['unit']})" if on_gpu
+            else "; no roofline fraction on the CPU")
+    typer.echo(f"  engine: {ours['median']:.4g} {ours['unit']} ± {100 * ours['spread']:.1f}% (range/median, {rounds} samples)"
+               + roof)
     if peer:
         try:
             theirs = run_peer(peer, PeerRequest(checkpoint, workload, rounds, shapes, device, seed))
@@ -79,8 +83,8 @@ def bench(
             raise MetainferError(f"peer {peer}: {err}") from None
         result["peer"] = theirs
         frac = (theirs["median"] / ours["roofline"]) if ours["higher_is_better"] else (ours["roofline"] / theirs["median"])
-        typer.echo(f"  {theirs['peer']}: {theirs['median']:.4g} {theirs['unit']} ± {100 * theirs['spread']:.1f}%,"
-                   f" {100 * frac:.1f}% of roofline")
+        typer.echo(f"  {theirs['peer']}: {theirs['median']:.4g} {theirs['unit']} ± {100 * theirs['spread']:.1f}%"
+                   + (f", {100 * frac:.1f}% of roofline" if on_gpu else ""))
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=1, default=str))

@@ -2,7 +2,8 @@
 target worktrees, and temporary exports left in the temp folder by killed runs.
 
 Run records (``runs/``), branches and commits are never touched: a removed worktree is re-created
-from its branch by the next build. A worktree with uncommitted changes is kept unless ``--force``;
+from its branch by the next build. Temporary folders are this clone's only (``metainfer.tempdirs``
+names them for the clone that made them). A worktree with uncommitted changes is kept unless ``--force``;
 a temporary export a live process still names on its command line (a running gate) is kept.
 """
 
@@ -10,16 +11,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-#: prefixes of the temporary folders metainfer creates (build exports, step exports, agent gate runs, serve renders and exports, generate exports)
-TEMP_PREFIXES = ("metainfer-best-", "metainfer-head-", "metainfer-baseline-", "metainfer-gate-", "metainfer-serve-",
-                 "metainfer-generate-", "metainfer-report-")
+from metainfer.tempdirs import owned
+
 #: a temporary folder younger than this may belong to a run that has not started its gate yet (queued
 #: attempts of `metainfer cheats`, an export made before a long checkpoint write): kept
 MIN_AGE_S = 3600.0
@@ -52,7 +51,7 @@ def _in_use(paths: list[Path]) -> set[Path]:
 
 
 def collect(root: Path, force: bool) -> list[Item]:
-    """Everything ``clean`` would remove under ``root/.metainfer`` and in the temp folder."""
+    """Everything ``clean`` would remove under ``root/.metainfer`` and, of this clone's, in the temp folder."""
     from metainfer.build.config import state_dir
 
     items = []
@@ -64,8 +63,7 @@ def collect(root: Path, force: bool) -> list[Item]:
         if dirty.returncode == 0 and dirty.stdout.strip() and not force:
             item.kept = "uncommitted changes (gate them with `metainfer step`, or pass --force)"
         items.append(item)
-    tmp = Path(tempfile.gettempdir())
-    temps = sorted(p for prefix in TEMP_PREFIXES for p in tmp.glob(prefix + "*") if p.is_dir())
+    temps = owned(root)  # this clone's only: other clones share the temp folder
     used = _in_use(temps)
     now = time.time()
     for p in temps:
@@ -83,7 +81,8 @@ def clean(
     force: bool = typer.Option(False, "--force", help="also remove worktrees with uncommitted changes"),
 ) -> None:
     """Remove cached synthetic checkpoints (.metainfer/checkpoints), target worktrees (.metainfer/worktrees; their
-    branches stay) and leftover temporary exports (metainfer-best-* ...). Run records are kept."""
+    branches stay) and this clone's leftover temporary exports ($TMPDIR/metainfer-<kind>-<clone tag>-*). Run
+    records are kept."""
     from metainfer.build.config import find_repo_root
 
     root = find_repo_root()

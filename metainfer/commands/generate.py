@@ -63,7 +63,7 @@ def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, qu
 
     target = make_target(model, quant, gpu)
     root = find_repo_root()
-    built = branch_engine(root, target.name, prefix="metainfer-generate-")
+    built = branch_engine(root, target.name, kind="generate")
     if built is None:
         raise GenerateError(f"no built engine for {target.name} (no branch metainfer/{target.name} holding one); run "
                             f"`metainfer build --model {model} --quant {quant} --gpu {gpu}` first, or pass --engine")

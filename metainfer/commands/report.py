@@ -9,8 +9,7 @@ from pathlib import Path
 
 import typer
 
-#: where the report of a committed run is written (under the system's temporary folder; `metainfer clean` removes it)
-REPORT_COPY_PREFIX = "metainfer-report-"
+from metainfer.tempdirs import prefix, try_root
 
 
 def tracked_by_git(path: Path) -> bool:
@@ -37,7 +36,7 @@ def report(
     runs = runs_dir if runs_dir.is_absolute() or Path(run).is_dir() else find_repo_root() / runs_dir
     record = RunRecord.open(runs, run)
     if not in_place and tracked_by_git(record.path):
-        copy = Path(tempfile.gettempdir()) / f"{REPORT_COPY_PREFIX}{record.run_id}"
+        copy = Path(tempfile.gettempdir()) / f"{prefix('report', try_root())}{record.run_id}"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(record.path, copy / record.run_id)
         typer.echo(f"{record.path} is committed: the report is written to a copy, {copy / record.run_id} "

@@ -13,11 +13,11 @@ import io
 import shutil
 import subprocess
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from metainfer.errors import MetainferError
+from metainfer.tempdirs import mkdtemp
 
 
 @dataclass
@@ -47,9 +47,9 @@ def _git(cwd: Path, *args: str) -> str:
     return p.stdout.strip() if p.returncode == 0 else ""
 
 
-def branch_engine(root: Path, target_name: str, prefix: str = "metainfer-serve-") -> BuiltEngine | None:
+def branch_engine(root: Path, target_name: str, kind: str = "serve") -> BuiltEngine | None:
     """The engine at the head of ``metainfer/<target_name>`` in the clone ``root``, or None when there is no such
-    branch or its head has no engine. Exports it (into ``$TMPDIR/<prefix>*``, removed at exit) unless the worktree
+    branch or its head has no engine. Exports it (into ``metainfer.tempdirs.mkdtemp(kind, root)``, removed at exit) unless the worktree
     exists, is at the branch head and has no uncommitted changes (untracked files included) under the engine folder.
 
     Raises:
@@ -71,7 +71,7 @@ def branch_engine(root: Path, target_name: str, prefix: str = "metainfer-serve-"
                else f"the worktree {wt} is at {head[:10] or 'no commit'}, not the branch head")
     else:
         why = f"no worktree at {wt}, e.g. after `metainfer clean`"
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    tmp = mkdtemp(kind, root)
     atexit.register(shutil.rmtree, tmp, True)
     p = subprocess.run(["git", "archive", "--format=tar", sha, "--", rel], cwd=root, capture_output=True)
     if p.returncode != 0:

@@ -8,13 +8,13 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from metainfer.errors import MetainferError
 from metainfer.serve.state import ServeConfig, ServerState
 from metainfer.serve.text import TextSide
+from metainfer.tempdirs import mkdtemp
 
 
 @dataclass
@@ -67,7 +67,7 @@ def engine_dir(args: LaunchArgs) -> Path:
     default = Path("generated") / target.name
     if (default / "engine" / "__init__.py").is_file():
         return default
-    tmp = Path(tempfile.mkdtemp(prefix="metainfer-serve-"))
+    tmp = mkdtemp("serve", root)
     atexit.register(shutil.rmtree, tmp, True)  # Ctrl-C and normal exits alike leave nothing behind
     out = render_engine(target, tmp)
     print(f"no built engine and no {default}; serving the template rendered for {target.name} (not optimised) "
