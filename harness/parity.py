@@ -214,6 +214,7 @@ def run_parity(
         update_errors=run.update_errors, update_failures=run.failures, local_update_errors=run.local_update_errors,
         local_update_tolerances=run.local_update_tolerances, local_logits_err=run.local_logits_err,
         consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
+        reference_consistency=dict(run.reference_consistency),
     )
 
 

@@ -10,7 +10,7 @@ import torch
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
 from harness.parity_metrics import (
     first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
-    pooled_rows_error, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
+    pooled_rows_error, pooled_sq_rows, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
 )
 from harness.parity_progress import Phase
 from harness.parity_result import PromptFigures, RunFigures
@@ -104,15 +104,29 @@ def check_hidden(engine: EngineApi, reference: ReferenceCache, fig: PromptFigure
     return HiddenRun(e, r, e_rows, local["outputs"].float(), local["logits"].float(), logits)
 
 
+def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str, float]:
+    """HF's own consistency per part (``prefill``, ``decode``) over the runs that measured it
+    (``harness.reference_cached``), pooled as the engine's figures are (each prompt's worst rows left out apart)."""
+    out = {}
+    for part in ("prefill", "decode"):
+        pairs = [r.cached.part(part) for r in refs if r.cached is not None and r.cached.part(part)[0].numel()]
+        if pairs:
+            out[part] = pooled_sq_rows([e for e, _ in pairs], [r for _, r in pairs], drop=tol.consistency_drop,
+                                       per_pair=True)
+    return out
+
+
 def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
-               tol: Tolerance) -> RunFigures:
+               tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
     the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
     the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
     hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each prompt's
-    worst rows left out apart: a cut in one long prompt's decode stays in)."""
+    worst rows left out apart: a cut in one long prompt's decode stays in). ``refs``: the reference runs, whose HF
+    consistency (``reference_consistency``) anchors the consistency thresholds on a GPU."""
     if not hidden:
         return RunFigures()
+    own = reference_consistency(refs or [], tol)
     run = RunFigures(
         update_errors=pooled_update_errors([h.engine for h in hidden], [h.reference for h in hidden],
                                            drop=tol.local_drop, min_drop=tol.local_min_drop),
@@ -120,6 +134,7 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
                                                 drop=tol.local_drop, min_drop=tol.local_min_drop),
         local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
+        reference_consistency=own,
     )
     for mode, runs in (("alone", alone), ("batched", batched)):
         same = [(e, h.logits) for h, e in zip(hidden, runs, strict=True) if e.shape == h.logits.shape]
@@ -129,7 +144,7 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
                 run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
                                                                       drop=tol.consistency_drop, per_pair=True)
                 rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs)
-                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_for(rows)
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), len(pairs))
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -173,4 +188,4 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
             fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
         figs += [fa, fb]
         checks.progress(len(figs) // 2, len(prompts), "hidden-state and layer-local checks: %d of %d prompts, %.0f s")
-    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol)
+    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol, refs)

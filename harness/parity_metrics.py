@@ -208,7 +208,30 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
             return math.inf
         errs.append((e - r).pow(2).sum(-1))
         refs.append(r.pow(2).sum(-1))
-    groups = list(zip(errs, refs, strict=True)) if per_pair else [(torch.cat(errs), torch.cat(refs))]
+    return pooled_sq_rows(errs, refs, drop=drop, min_drop=min_drop, per_pair=per_pair)
+
+
+def pooled_sq_rows(err2: list[torch.Tensor], ref2: list[torch.Tensor], *, drop: float = 0.0, min_drop: int = 0,
+                   per_pair: bool = False) -> float:
+    """:func:`pooled_rows_error` from per-row squares already taken: ``err2[i]`` = ‖e − r‖² and ``ref2[i]`` = ‖r‖²
+    of pair i's rows, float64 [N_i] each (a worker sends these instead of [N_i, V] logits).
+
+    Returns ``inf`` if any ``err2`` is non-finite. Raises ValueError: unequal lists or lengths, no rows, a
+    non-finite or all-zero reference, or ``drop`` outside [0, 1).
+    """
+    if not err2 or len(err2) != len(ref2):
+        raise ValueError(f"pooled_sq_rows needs matching non-empty lists, got {len(err2)} and {len(ref2)}")
+    if not 0.0 <= drop < 1.0:
+        raise ValueError(f"drop must be in [0, 1), got {drop}")
+    err2 = [e.double().reshape(-1) for e in err2]
+    ref2 = [r.double().reshape(-1) for r in ref2]
+    if any(e.shape != r.shape for e, r in zip(err2, ref2, strict=True)):
+        raise ValueError("pooled_sq_rows: each pair needs as many error rows as reference rows")
+    if not all(bool(torch.isfinite(r).all()) for r in ref2):
+        raise ValueError("the reference itself has non-finite values; the reference or its weights are broken")
+    if not all(bool(torch.isfinite(e).all()) for e in err2):
+        return math.inf
+    groups = list(zip(err2, ref2, strict=True)) if per_pair else [(torch.cat(err2), torch.cat(ref2))]
     num = den = 0.0
     for err, ref in groups:
         if err.numel() == 0:

@@ -66,8 +66,10 @@ class RunFigures:
         consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched``: the engine's
             teacher-forced logits (prompt rows and decode rows apart) against the logits of its own hidden-state
             prefill of the same tokens (``Tolerance.consistency``).
-        consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled
-            (``Tolerance.consistency_for``).
+        consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own
+            figure (``Tolerance.consistency_threshold``).
+        reference_consistency: ``prefill``, ``decode``: HF's own cached path against its uncached forward on the
+            same prompts, pooled alike (``harness.reference_cached``); empty when not measured.
         failures: every run-level check over its tolerance, in words.
     """
 
@@ -77,6 +79,7 @@ class RunFigures:
     local_logits_err: float = math.nan
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
+    reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
 
@@ -106,8 +109,8 @@ class ParityResult:
             (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
         update_failures: every run-level check over its tolerance (pooled update, layer-local update and
             logits, consistency; ``RunFigures.failures``): each makes a red result.
-        local_update_errors, local_update_tolerances, local_logits_err, consistency, consistency_tolerances: the
-            run-level figures of ``RunFigures``.
+        local_update_errors, local_update_tolerances, local_logits_err, consistency, consistency_tolerances,
+            reference_consistency: the run-level figures of ``RunFigures``.
     """
 
     ok: bool
@@ -136,6 +139,7 @@ class ParityResult:
     local_logits_err: float = math.nan
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
+    reference_consistency: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -187,6 +191,8 @@ def format_table(result: ParityResult) -> str:
     )
     if result.local_update_errors is not None:
         dec = ", ".join(f"{m} {x:.2e}" for m, x in result.consistency.items())
+        if result.reference_consistency:
+            dec += " (HF's own: " + ", ".join(f"{m} {x:.2e}" for m, x in result.reference_consistency.items()) + ")"
         lines.append("layer-local update " + " ".join(f"{x:.2e}" for x in result.local_update_errors)
                      + f", final norm + lm_head {result.local_logits_err:.2e}, consistency {dec or '-'}")
     for f in result.update_failures:

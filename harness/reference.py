@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from harness.reference_cached import CachedRows, cached_rows
 from metainfer.errors import CheckpointError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -102,12 +103,14 @@ class ReferenceRun:
             prompt rows ``rows`` (S of them, the last one P - 1), then rows P .. P + n - 1; row t predicts
             token t + 1, so the n rows from index S - 1 on predicted the continuation.
         rows: the prompt rows kept, ascending, ending at P - 1; None: all P (then S = P).
+        cached: HF's own consistency on these rows (``harness.reference_cached``); None when n = 0.
     """
 
     prompt: list[int]
     continuation: list[int]
     logits: torch.Tensor
     rows: tuple[int, ...] | None = None
+    cached: CachedRows | None = None
 
     @property
     def split(self) -> int:
@@ -236,11 +239,17 @@ class Reference:
         return "cache" if "cache" in params else "past_key_values"
 
     @torch.no_grad()
-    def _greedy_cached(self, tokens: list[int], n: int) -> list[int]:
+    def _greedy_cached(self, tokens: list[int], n: int, keep: list[int] | None = None) -> tuple[list[int], dict[int, torch.Tensor]]:
         """``n`` greedy tokens after ``tokens`` with HF's own KV/recurrent cache: one forward over the
-        prefix, then one single-token forward per step. EOS is not special (no generation config applies)."""
+        prefix, then one single-token forward per step. EOS is not special (no generation config applies).
+        Also the rows the cached path computed, {position: float32 [V] on CPU}: the prefix forward's rows at
+        positions ``keep`` (None: none) and each single-token step's row."""
         kw = self._cache_kwarg()
         out = self.model(input_ids=self._ids(tokens), use_cache=True)
+        seen: dict[int, torch.Tensor] = {}
+        if keep:
+            rows = out.logits[0].index_select(0, row_index(keep, len(tokens), self.device)).float().cpu()
+            seen.update(zip(keep, rows))
         picked: list[int] = []
         for step in range(n):
             picked.append(int(out.logits[0, -1].argmax()))
@@ -250,7 +259,8 @@ class Reference:
             if cache is None:
                 raise RuntimeError("the HF model returned no cache for use_cache=True; transformers' cache API changed")
             out = self.model(input_ids=self._ids(picked[-1:]), use_cache=True, **{kw: cache})
-        return picked
+            seen[len(tokens) + step] = out.logits[0, -1].float().cpu()
+        return picked, seen
 
     @torch.no_grad()
     def run(self, prompt: list[int], n: int, rows: list[int] | None = None) -> ReferenceRun:
@@ -269,7 +279,10 @@ class Reference:
         p = len(prompt)
         # the prompt rows asked for, then the continuation's; None: every row (no copy of the [T, V] logits)
         keep_rows = None if rows is None else list(rows) + list(range(p, p + n))
-        tokens = list(prompt) + self._greedy_cached(list(prompt), n) if n else list(prompt)
+        tokens, cached = list(prompt), {}
+        if n:  # the cached draft, and its rows: HF's own consistency (harness.reference_cached)
+            draft, cached = self._greedy_cached(tokens, n, list(range(p)) if rows is None else list(rows))
+            tokens += draft
         for _ in range(n + 1):
             logits, hidden = self._forward(tokens, keep_rows, capture=True)  # [S + n, V]; row S - 1 + j predicted token j
             s = p if keep_rows is None else len(keep_rows) - n
@@ -279,8 +292,13 @@ class Reference:
                 break
             keep = tokens[: p + wrong] + [picks[wrong]]
             rest = n - wrong - 1
-            tokens = keep + (self._greedy_cached(keep, rest) if rest else [])
+            cached = {q: r for q, r in cached.items() if q < p + wrong}  # later rows saw the redrafted token
+            more, extra = self._greedy_cached(keep, rest) if rest else ([], {})
+            cached.update(extra)
+            tokens = keep + more
         else:
             raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds")
         self._hidden_memo[tuple(tokens)] = hidden
-        return ReferenceRun(list(prompt), tokens[p:], logits, None if rows is None else tuple(int(r) for r in rows))
+        positions = list(range(p + n)) if keep_rows is None else keep_rows
+        own = cached_rows(cached, logits, positions, p) if n else None
+        return ReferenceRun(list(prompt), tokens[p:], logits, None if rows is None else tuple(int(r) for r in rows), own)

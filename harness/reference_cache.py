@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from harness.reference import ReferenceRun
+from harness.reference_cached import CachedRows
 from harness.worker import Worker, WorkerLimits
 
 
@@ -93,7 +94,8 @@ class ReferenceCache:
             out = self._ready().call("reference.run", prompt=list(prompt), n=int(n),
                                      rows=None if rows is None else [int(r) for r in rows])
             self._runs[key] = ReferenceRun(list(prompt), [int(t) for t in out["continuation"]], out["logits"].float(),
-                                           None if rows is None else tuple(int(r) for r in rows))
+                                           None if rows is None else tuple(int(r) for r in rows),
+                                           CachedRows.from_wire(out.get("cached")))
         return self._runs[key]
 
     def hidden(self, tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:

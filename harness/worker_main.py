@@ -72,7 +72,8 @@ def _opt_ints(rows) -> list[int] | None:
 
 def reference_run(prompt: list[int], n: int, rows: list[int] | None = None) -> dict:
     run = _state["reference"].run([int(t) for t in prompt], int(n), _opt_ints(rows))
-    return {"continuation": run.continuation, "logits": run.logits}
+    return {"continuation": run.continuation, "logits": run.logits,
+            "cached": None if run.cached is None else run.cached.to_wire()}
 
 
 def reference_hidden(tokens: list[int], rows: list[int] | None = None) -> torch.Tensor:

@@ -248,6 +248,9 @@ def test_report_shows_the_sharp_parity_checks_and_that_the_run_was_resumed(tmp_p
     it1 = (rec.path / "iter-001" / "report.html").read_text()
     assert "layer-local update, layers.1 (worst of 3)" in it1 and "0.05 (threshold 0.04: 1.25 of it)" in it1
     assert "consistency, decode alone (worst of 2)" in it1 and "final norm + lm_head" in it1
+    anchored = dict(ok["parity"], reference_consistency={"prefill": 0.0004, "decode": 0.0061})
+    (cons,) = [c for c in figures({**ok, "parity": anchored})["sharp"] if c["check"].startswith("consistency")]
+    assert cons["check"] == "consistency, decode alone (worst of 2; HF's own 0.0061)"  # HF's figure of the same part
     from metainfer.build.report import iteration_markdown
 
     assert "| parity: final norm + lm_head | 0.0017 (threshold 0.0048: 0.35 of it) |" in iteration_markdown(

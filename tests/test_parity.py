@@ -214,6 +214,11 @@ def test_tolerance_lookup():
     assert tol.consistency_for(64) == tol.consistency_for(154) == tol.consistency
     assert tol.consistency_for(2) == pytest.approx(tol.consistency * 32**0.5) and tol.consistency_for(1) > tol.consistency_for(2)
     assert gpu.consistency_for(4) == pytest.approx(3.0 * tol.consistency_for(4))
+    # rows of one prompt are not independent: a figure of fewer than 8 prompts is widened by the prompt count
+    assert tol.consistency_for(200, 11) == tol.consistency_for(200, 8) == tol.consistency
+    assert tol.consistency_for(200, 2) == pytest.approx(2 * tol.consistency) and tol.consistency_for(2, 2) == tol.consistency_for(2)
+    with pytest.raises(ValueError, match="one prompt"):
+        tol.consistency_for(10, 0)
     with pytest.raises(ValueError, match="at least one row"):
         tol.consistency_for(0)
 
@@ -360,26 +365,66 @@ def test_reference_repairs_a_draft_that_is_not_greedy(reference):
     class Skewed(Reference):  # the first draft's third token is the runner-up, as a cache-path tie would give
         drafts = 0
 
-        def _greedy_cached(self, tokens, n):
-            out = super()._greedy_cached(tokens, n)
+        def _greedy_cached(self, tokens, n, keep=None):
+            out, seen = super()._greedy_cached(tokens, n, keep)
             Skewed.drafts += 1
             if Skewed.drafts == 1:
                 row = self.logits(list(tokens) + out[:2])[-1]
                 out[2] = int(row.topk(2).indices[1])
-            return out
+            return out, seen
 
     skewed = Skewed(reference.model, reference.device, reference.dtype)
     tokens = make_prompts(12, reference.vocab_size, (9,))[0].tokens
     run = skewed.run(tokens, 5)
     assert Skewed.drafts == 2 and run.continuation == reference.run(tokens, 5).continuation
     assert run.continuation == run.logits[8:13].argmax(-1).tolist()
+    # HF's own consistency keeps the cached rows that saw the final tokens only: decode rows 9 and 10 of the first
+    # draft, 12 of the redraft (11 was the redraft's prefix row); all 9 prompt rows
+    assert run.cached.decode_err2.numel() == 3 and reference.run(tokens, 5).cached.decode_err2.numel() == 4
+    assert run.cached.prefill_err2.numel() == 9
 
     class Never(Reference):  # every drafted token is wrong: each round still fixes one more position
-        def _greedy_cached(self, tokens, n):
-            return [(t + 1) % self.vocab_size for t in super()._greedy_cached(tokens, n)]
+        def _greedy_cached(self, tokens, n, keep=None):
+            out, seen = super()._greedy_cached(tokens, n, keep)
+            return [(t + 1) % self.vocab_size for t in out], seen
 
     assert Never(reference.model, reference.device, reference.dtype).run(tokens, 3).continuation == \
         reference.run(tokens, 3).continuation
+
+
+def test_reference_measures_its_own_consistency_and_a_gpu_threshold_is_anchored_to_it(reference):
+    """HF's cached draft against its uncached forward, per row (harness.reference_cached): ~0 for the float32
+    reference, the perturbation's size when its cached path is off; on a GPU the threshold follows it."""
+    from harness.parity_checks import reference_consistency
+    from harness.reference import Reference
+    from harness.reference_cached import CachedRows
+    from harness.tolerances import K_CONSISTENCY_ANCHOR
+
+    tokens = make_prompts(5, reference.vocab_size, (17,))[0].tokens
+    honest = reference.run(tokens, 6, rows=[0, 3, 16])
+    c = honest.cached
+    assert c.prefill_err2.numel() == 3 and c.decode_err2.numel() == 5  # the kept prompt rows; steps 1 .. n - 1
+    assert float(c.decode_ref2.min()) > 0 and float((c.decode_err2 / c.decode_ref2).max()) < 1e-10
+    back = CachedRows.from_wire(c.to_wire())
+    assert all(torch.equal(back.part(n)[i], c.part(n)[i]) for n in ("prefill", "decode") for i in (0, 1))
+
+    class Off(Reference):  # a cached decode path 1 % off (a recurrent state kept at a lower precision would be)
+        def _greedy_cached(self, tokens, n, keep=None):
+            out, seen = super()._greedy_cached(tokens, n, keep)
+            return out, {q: r * 1.01 if q >= len(tokens) else r for q, r in seen.items()}
+
+    off = Off(reference.model, reference.device, reference.dtype).run(tokens, 6, rows=[0, 3, 16])
+    cpu = get_tolerance("bfloat16", "float32")
+    figs = reference_consistency([off], cpu)
+    assert figs["decode"] == pytest.approx(0.01, rel=1e-3) and figs["prefill"] < 1e-6
+    gpu = cpu.for_device("cuda")
+    assert gpu.consistency_threshold(200, figs["decode"]) == pytest.approx(K_CONSISTENCY_ANCHOR * 0.01, rel=1e-3)
+    assert gpu.consistency_threshold(200, figs["prefill"]) == gpu.consistency_for(200)  # never below the floor
+    assert cpu.consistency_threshold(200, figs["decode"]) == cpu.consistency_for(200)  # the CPU is not anchored
+    assert gpu.consistency_threshold(2, None) == gpu.consistency_for(2)
+    assert 5 < K_CONSISTENCY_ANCHOR < 6.5  # 0.0375 / 0.0065
+    with pytest.raises(ValueError, match="lack"):
+        CachedRows.from_wire({"prefill_err2": [0.0]})
 
 
 def test_reference_loading_is_strict(tiny_checkpoint):
@@ -462,7 +507,10 @@ def test_broken_layer_fails_and_is_named(rendered, tiny_checkpoint, tmp_path):
     assert data["ok"] is False and data["worst_layer"] == "layers.5"
     assert "parity FAIL" in proc.output and "layers.5" in proc.output
     bisected = [p for p in data["prompts"] if p["layer_errors"]]
-    assert bisected and all(max(p["layer_errors"][:6]) < 0.1 < p["layer_errors"][6] for p in bisected)
+    # the error jumps after layer 5 (index 6 of [embeddings, layers.0, ...]); before it an honest short prompt may
+    # already sit at 0.1-0.3 (a router tie: docs/PARITY.md, K_NET_HIDDEN), inside its net, with fresh prompts each run
+    assert bisected and all(p["layer_errors"][6] > max(0.5, 2 * max(p["layer_errors"][:6])) for p in bisected), \
+        [[round(x, 3) for x in p["layer_errors"][:8]] for p in bisected]
 
 
 def test_subtle_bug_passes_old_tolerance_but_fails_new(rendered, tiny_checkpoint, tmp_path):

@@ -89,7 +89,9 @@ def sharp_parity(parity: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [(k, v, t) for k, v, t in rows if v is not None and t]
     if rows:
         k, v, t = max(rows, key=lambda x: x[1] / x[2])
-        out.append({"check": f"consistency, {k} (worst of {len(rows)})", "figure": v, "threshold": t})
+        own = as_float((parity.get("reference_consistency") or {}).get(k.split()[0]))
+        note = f"; HF's own {own:.2g}" if own is not None else ""
+        out.append({"check": f"consistency, {k} (worst of {len(rows)}{note})", "figure": v, "threshold": t})
     return out
 
 
