@@ -66,3 +66,22 @@ def test_mutation_score_on_the_tiny_nvfp4_cpu_target(tmp_path, tiny_checkpoint):
     assert survivors <= KNOWN_CPU_SURVIVORS, proc.stdout[-4000:]  # every other mutant is rejected
     assert suite["applicable"] >= 20 and not any(m["verdict"] == "drift" for m in suite["mutants"])
     assert (proc.returncode == 0) == (not survivors) and (suite["ok"] == (not survivors))
+
+
+def test_a_consistency_kill_names_hfs_own_figure():
+    """A mutant killed by consistency alone is reported with HF's own figure on the same prompts beside it: on a GPU
+    that figure anchors the threshold, and a kill at HF's own level is no evidence (docs/PARITY.md)."""
+    from harness.parity_result import ParityResult, PromptFigures
+    from metainfer.mutants.runner import _figure
+
+    ok = PromptFigures("len0065", "alone", 65, prompt_rel_err=0.01, decode_rel_err=0.01, max_abs_err=0.1)
+    res = ParityResult(False, 0.01, 0.7, 0.01, 0.7, ok.name, None, [ok], 1, "bfloat16", "bfloat16", {"consistency": 0.0375},
+                       32, "cuda", local_update_errors=[0.01], local_update_tolerances=[0.04], local_logits_err=0.001,
+                       consistency={"decode alone": 0.061}, consistency_tolerances={"decode alone": 0.0375},
+                       reference_consistency={"decode": 0.0052, "prefill": 0.0003},
+                       update_failures=["consistency (decode alone): logits vs the engine's own hidden-state prefill "
+                                        "rel err 0.061 > 0.0375"])
+    line = _figure(res)
+    assert line.startswith("run-level: consistency (decode alone)") and line.endswith("(HF's own: prefill 0.0003, decode 0.0052)")
+    res.reference_consistency = {}
+    assert "HF's own" not in _figure(res)

@@ -102,7 +102,8 @@ def _figure(result) -> str:
     failing = [f for f in result.prompts if f.failures]
     run_level = getattr(result, "update_failures", None)
     if run_level and not any("rel err" in x for f in failing for x in f.failures if "hidden" not in x):
-        return f"run-level: {run_level[0]}"[:140]  # the per-prompt logits stayed inside: say what did not
+        own = _hf_own(result) if "consistency" in run_level[0] else ""
+        return f"run-level: {run_level[0]}"[:140] + own  # the per-prompt logits stayed inside: say what did not
     if failing:
         worst = next((f for f in failing if f.name == result.worst_prompt), failing[0])
         return f"{worst.name}: {worst.failures[0]}"[:140]
@@ -123,7 +124,15 @@ def _margins(result) -> str:
     if result.consistency and tol.get("consistency"):
         name, x = max(result.consistency.items(), key=lambda kv: kv[1])
         out += f", consistency {name} {x:.3g} ({x / result.consistency_tolerances.get(name, tol['consistency']):.2f})"
+        out += _hf_own(result)
     return out
+
+
+def _hf_own(result) -> str:
+    """``" (HF's own: decode 0.0061, prefill 0.0004)"``: HF's cached path against its uncached forward on the same
+    prompts (``harness.reference_cached``), the anchor of a GPU's consistency thresholds; '' when not measured."""
+    own = getattr(result, "reference_consistency", None) or {}
+    return " (HF's own: " + ", ".join(f"{k} {v:.2g}" for k, v in sorted(own.items(), reverse=True)) + ")" if own else ""
 
 
 class ParityJudge:
