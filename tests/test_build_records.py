@@ -96,7 +96,7 @@ def test_trailers_carry_the_figures_and_parse_back():
     assert back["Conc32-Tok-S"] == "120" and back["Roofline-Fraction"] == "0.0123" and back["Speedup"] == "1.3000"
     assert back["Noise"] == "0.0500" and back["Gate-Seed"] == "7042" and back["Run-Id"] == "run-x" and back["Iteration"] == "3"
     cpu = _gate()  # the same gate run on the CPU: its fraction of a GPU roofline is not a figure to commit
-    cpu["meta"] = {"device": "cpu"}
+    cpu["device"] = "cpu"  # as the gate JSON has it
     assert "Roofline-Fraction" not in trailers(cpu, 7042, "run-x", 3) and "Speedup" in trailers(cpu, 7042, "run-x", 3)
 
 

@@ -100,6 +100,16 @@ def test_bad_build_options_are_refused_before_any_work(tmp_path, flags, names):
         assert not runs.exists() and "Traceback" not in p.stderr
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal of a machine without a GPU")
+def test_the_seed_command_without_its_gpu_names_the_tiny_twin(tmp_path):
+    runs = tmp_path / "runs"
+    full = _cli("build", "--model", "qwen3.6-35b-a3b", "--quant", "nvfp4", "--gpu", "b200", "--runs-dir", str(runs))
+    assert full.returncode == 2 and "no CUDA device" in full.stderr and "--model qwen3.6-35b-a3b-tiny" in full.stderr
+    tiny = _cli("build", "--model", TINY, "--quant", "nvfp4", "--gpu", "h200", "--runs-dir", str(runs))
+    assert tiny.returncode == 2 and "use --gpu cpu here" in tiny.stderr and "tiny twin" not in tiny.stderr
+    assert not runs.exists()
+
+
 def test_full_size_on_the_cpu_is_refused_within_seconds(tmp_path):
     runs = tmp_path / "runs"
     t0 = time.monotonic()
@@ -224,8 +234,9 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
 
     tmp = Path(env["TMPDIR"])
     stale, fresh = tmp / (prefix("best", repo) + "old"), tmp / (prefix("judge-pycache", repo) + "new")
+    report = tmp / (prefix("report", repo) + "run-x")  # a report copy is done when made: removed at any age
     other = tmp / (prefix("best", tmp_path / "another-clone") + "old")  # another clone's run, maybe still going
-    for d in (stale, fresh, other):
+    for d in (stale, fresh, other, report):
         (d / "generated").mkdir(parents=True)
     for d in (stale, other):
         os.utime(d, (time.time() - 7200, time.time() - 7200))
@@ -236,7 +247,7 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
     assert "made in the last hour" in p.stdout and ck.exists() and stale.exists() and str(other) not in p.stdout
     p = _cli("clean", cwd=repo, env=env)
     assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
-    assert other.exists()
+    assert other.exists() and not report.exists()
     assert (repo / "metainfer").is_dir() and "freed" in p.stdout
 
 

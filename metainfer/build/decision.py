@@ -235,7 +235,7 @@ def trailers(result: dict[str, Any], gate_seed: int, run_id: str, iteration: int
         w = f["workloads"].get(name)
         if w and w["candidate"] is not None:
             out[key] = f"{w['candidate']:.4g}"
-    on_cpu = str((result.get("meta") or {}).get("device", "")).startswith("cpu")
+    on_cpu = str(result.get("device") or "").startswith("cpu")  # the gate JSON's device
     if f["roofline_fraction"] is not None and not on_cpu:  # a CPU run's fraction of a GPU roofline means nothing
         out["Roofline-Fraction"] = f"{f['roofline_fraction']:.4g}"
     if f["speedup"] is not None:

@@ -25,8 +25,9 @@ from metainfer.targets import get_model, get_quant, make_target
 #: from runs/20261130-165218-qwen3.6-35b-a3b-nvfp4-h200 (187-220 s, before judge v2); full size on the CPU a guess
 #: of the order (never run to the end)
 GATE_S = {("tiny", "cpu"): 40.0, ("full", "gpu"): 220.0, ("tiny", "gpu"): 75.0, ("full", "cpu"): 6 * 3600.0}
-#: bytes per second a synthetic checkpoint is written at: CPU from the seed run of issue 15 (24.5 GB in 12-90 min),
-#: GPU from docs/results/h200-2026-11-30-b/checkpoint.json (24.5 GB in 93 s)
+#: bytes per second a synthetic checkpoint is written at, by the machine that writes it: one without CUDA from the
+#: seed run of issue 15 (a 2-core machine, 24.5 GB in 12-90 min), the H200 machine (16 cores) from
+#: docs/results/h200-2026-11-30-b/checkpoint.json (24.5 GB in 93 s)
 WRITE_BPS = {"cpu": 15e6, "gpu": 250e6}
 #: the flag that lets full-size work run on a CPU anyway
 FORCE_FLAG = "--full-size-on-cpu"
@@ -83,7 +84,9 @@ class BuildPlan:
                 f"{self.rounds} A/B rounds, {self.scale} shapes",
                 f"  estimate   : ~{_dur(self.gate_s)} per gate ({self.gate_source}); whole run ~{_dur(self.total_s)} "
                 f"plus the agent's own time",
-                f"  machine    : {os.cpu_count()} cores, load average {load:.1f} (other jobs on these cores stretch every figure)",
+                f"  machine    : {os.cpu_count()} cores, load average {load:.1f} (other jobs on these cores stretch every figure)"
+                + (f"; busy now: expect up to {min(3.0, 1 + load / (os.cpu_count() or 1)):.1f}x the estimate (README's "
+                   "main job took 2.3x at load 4.4-4.9 on 2 cores)" if load >= (os.cpu_count() or 1) else ""),
                 f"  records    : {self.runs_dir}/<run-id>/ (summary.html is the report)"]
 
 
@@ -153,7 +156,11 @@ def make_plan(config: BuildConfig) -> BuildPlan:
         action = "reuse" if found else "write"
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors")) if found else checkpoint_bytes(spec, quant)
     kind = "gpu" if config.gpu != "cpu" else "cpu"
-    write_s = 0.0 if action == "reuse" else max(1.0, size / WRITE_BPS[kind])
+    # the checkpoint is written on this machine whatever --gpu names: its rate is the host's (the H200 machine's 16
+    # cores against this kind of 2-core one), not the target's
+    import torch
+
+    write_s = 0.0 if action == "reuse" else max(1.0, size / WRITE_BPS["gpu" if torch.cuda.is_available() else "cpu"])
     has_branch = subprocess.run(["git", "rev-parse", "--verify", "-q", target.branch], cwd=root, capture_output=True,
                                 text=True)
     worktree = state_dir(root) / "worktrees" / target.name

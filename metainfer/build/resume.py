@@ -78,7 +78,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         st.setdefault("resumed", []).append(utc_now())
         progress.line(None, f"resuming {record.run_id} at iteration {st['next_iteration']}")
     else:
-        check_present(config.gpu)
+        check_present(config.gpu, config.model)
         target = make_target(config.model, config.quant, config.gpu)
         lock_target(root, target.name)
         meta = {"model": config.model, "quant": config.quant, "gpu": config.gpu,

@@ -30,7 +30,7 @@ def run_step(config: BuildConfig, message: str, progress: Progress | None = None
         GpuMismatchError, UnknownNameError: bad target.
     """
     config.validate()
-    check_present(config.gpu)
+    check_present(config.gpu, config.model)
     target = make_target(config.model, config.quant, config.gpu)
     root = config.root()
     wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()

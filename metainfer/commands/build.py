@@ -81,7 +81,7 @@ def build(
 
         refused = False
         try:
-            check_present(gpu)
+            check_present(gpu, model)
         except MetainferError as err:
             typer.echo(f"  refused    : {err}")
             refused = True

@@ -68,9 +68,12 @@ def collect(root: Path, force: bool) -> list[Item]:
     now = time.time()
     for p in temps:
         item = Item("temporary export", p, _size(p))
+        # a report copy is complete when `metainfer report` returns; any other kind may be an export that a run
+        # starting now is about to use
+        report_copy = p.name.startswith("metainfer-report-")
         if p in used:
             item.kept = "in use by a running process"
-        elif now - p.stat().st_mtime < MIN_AGE_S:
+        elif now - p.stat().st_mtime < MIN_AGE_S and not report_copy:
             item.kept = "made in the last hour (a run may still be about to use it)"
         items.append(item)
     return items

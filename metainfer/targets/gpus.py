@@ -82,10 +82,11 @@ def detect() -> GpuProfile | None:
     raise GpuMismatchError(f"no GPU profile matches the device {device!r}; add one to metainfer/targets/gpus.py")
 
 
-def check_present(name: str) -> GpuProfile:
+def check_present(name: str, model: str | None = None) -> GpuProfile:
     """Return the profile ``name`` after checking that it is the device present.
 
-    ``cpu`` is always allowed. Any other name must match the CUDA device 0.
+    ``cpu`` is always allowed. Any other name must match the CUDA device 0. ``model``: the model the run is for,
+    so that on a machine without a GPU the advice names its tiny twin when it is full size (the CPU refuses it).
 
     Raises:
         UnknownNameError: unknown profile name.
@@ -96,7 +97,21 @@ def check_present(name: str) -> GpuProfile:
         return gpu
     present = detect()
     if present is None:
-        raise GpuMismatchError(f"--gpu {name} asked for, but this machine has no CUDA device; use --gpu cpu here")
+        twin = _tiny_twin(model)
+        raise GpuMismatchError(f"--gpu {name} asked for, but this machine has no CUDA device; use --gpu cpu here"
+                               + (f" with the tiny twin, --model {twin} (a full-size model is refused on the CPU)"
+                                  if twin else ""))
     if present.name != gpu.name:
         raise GpuMismatchError(f"--gpu {name} asked for, but the device present is {present.name}; use --gpu {present.name}")
     return gpu
+
+
+def _tiny_twin(model: str | None) -> str | None:
+    """The registered tiny twin of a full-size registered ``model`` (``<model>-tiny``), else None (tiny, a path,
+    unknown or not given)."""
+    from metainfer.targets.models import model_names
+
+    names = set(model_names())
+    if not model or model not in names or model.endswith("-tiny"):
+        return None
+    return f"{model}-tiny" if f"{model}-tiny" in names else None
