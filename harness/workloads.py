@@ -23,6 +23,8 @@ cannot look fast by stopping early. ``decode-bs1`` times two requests with diffe
 
 from __future__ import annotations
 
+import difflib
+
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -185,7 +187,9 @@ def parse_workloads(names: str | list[str]) -> list[Workload]:
         raise ValueError(f"no workloads selected; choose from {', '.join(WORKLOADS)}")
     unknown = [n for n in items if n not in WORKLOADS]
     if unknown:
-        raise ValueError(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
+        close = [m[0] for n in unknown if (m := difflib.get_close_matches(n.lower(), list(WORKLOADS), n=1, cutoff=0.6))]
+        raise ValueError(f"unknown workloads {unknown}; " + (f"did you mean {', '.join(close)}? " if close else "")
+                         + f"known: {', '.join(WORKLOADS)}")
     return [WORKLOADS[n] for n in items]
 
 

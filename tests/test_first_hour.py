@@ -88,6 +88,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
 
 @pytest.mark.parametrize("flags, names", [
     (("--workloads", "ttft,foo"), ("unknown workloads ['foo']", "known: ttft")),
+    (("--workloads", "conc-32"), ("did you mean conc32?",)),
     (("--script", "examples/nope"), ("examples/nope does not exist",)),
     (("--script", "templates"), ("no .diff or .patch file",)),
     (("--scale", "huge"), ("--scale must be cpu or full",)),
@@ -249,6 +250,24 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
     assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
     assert other.exists() and not report.exists()
     assert (repo / "metainfer").is_dir() and "freed" in p.stdout
+
+
+def test_dry_run_says_an_interrupted_candidate_blocks_a_new_run(tmp_path):
+    repo = _project(tmp_path / "repo")
+    target = f"{TINY}-bf16-cpu"
+    wt = repo / ".metainfer" / "worktrees" / target
+    wt.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=wt, check=True)
+    (wt / "candidate.py").write_text("x = 1\n")  # an interrupted run's candidate, never gated
+    run = repo / "runs" / f"20261203-080000-{target}"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": "interrupted"}))
+    p = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", cwd=repo)
+    assert p.returncode == 2 and "refused    : the worktree" in p.stdout, (p.stdout, p.stderr)
+    assert f"metainfer build --resume {run.name}" in p.stdout and "metainfer step" in p.stdout
+    (wt / "candidate.py").unlink()
+    clean = _cli("build", "--model", TINY, "--quant", "bf16", "--gpu", "cpu", "--dry-run", cwd=repo)
+    assert clean.returncode == 0 and "refused" not in clean.stdout, clean.stdout
 
 
 def test_dry_run_estimates_from_earlier_gates_of_the_target(tmp_path):

@@ -44,6 +44,7 @@ class BuildPlan:
         gates: gate runs (baseline included); stages, workloads, rounds, scale: the gate's settings.
         gate_s: estimated seconds per gate and where the figure comes from (gate_source).
         write_s: estimated seconds to write the checkpoint (0 when reused).
+        dirty_worktree: why the real run would refuse the target's worktree (uncommitted changes), else None.
     """
 
     target: str
@@ -63,6 +64,7 @@ class BuildPlan:
     write_s: float
     agent: str
     runs_dir: Path
+    dirty_worktree: str | None = None
 
     @property
     def total_s(self) -> float:
@@ -181,9 +183,17 @@ def make_plan(config: BuildConfig) -> BuildPlan:
     from metainfer.agents import default_agent_name
 
     iterations = 3 if config.iterations is None else config.iterations
+    dirty = None
+    if (worktree / ".git").exists():
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=worktree,
+                                capture_output=True, text=True)
+        if status.returncode == 0 and status.stdout.strip():
+            from metainfer.build.resume import dirty_worktree_message
+
+            dirty = dirty_worktree_message(worktree, config.runs_path(), target.name)
     return BuildPlan(target=target.name, checkpoint=ckpt, checkpoint_action=action, checkpoint_bytes=size,
                      engine_action=engine, branch=target.branch, worktree=worktree,
                      gates=iterations + 1, stages=("static", "parity", "bench") + (() if kind == "cpu" else ("profile",)),
                      workloads=tuple(config.gate_workloads or ("ttft", "decode-bs1", "conc32")),
                      rounds=config.gate_rounds or 5, scale=scale, gate_s=gate_s, gate_source=source, write_s=write_s,
-                     agent=config.agent or default_agent_name(), runs_dir=config.runs_path())
+                     agent=config.agent or default_agent_name(), runs_dir=config.runs_path(), dirty_worktree=dirty)

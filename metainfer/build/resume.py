@@ -93,11 +93,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
         if require_clean and wt.repo.is_dirty(untracked_files=True):
             unlock_target(root, target.name)
-            left = _unfinished_run(runs, target.name)
-            hint = (f"they are run {left[0]}'s candidate ({left[1]}): continue it with "
-                    f"`metainfer build --resume {left[0]}`, or " if left else "")
-            raise BuildError(f"the worktree {wt.path} has uncommitted changes; {hint}gate them with `metainfer step` "
-                             f"or discard them with `git -C {wt.path} reset --hard && git -C {wt.path} clean -fd`")
+            raise BuildError(dirty_worktree_message(wt.path, runs, target.name))
         record = RunRecord.create(runs, target.name, meta)
     st = record.state
     st["resume_command"] = resume_command(config, record.run_id)
@@ -181,6 +177,15 @@ def _adopt(s: Session, i: int, head: Any) -> None:
 def release_session(s: Session) -> None:
     """Give back the target's lock that ``open_session`` took (``metainfer.build.lock``)."""
     unlock_target(s.root, s.target.name)
+
+
+def dirty_worktree_message(path: Path, runs: Path, target_name: str) -> str:
+    """Why a new run refuses the worktree at ``path`` with uncommitted changes, and the three ways on."""
+    left = _unfinished_run(runs, target_name)
+    hint = (f"they are run {left[0]}'s candidate ({left[1]}): continue it with "
+            f"`metainfer build --resume {left[0]}`, or " if left else "")
+    return (f"the worktree {path} has uncommitted changes; {hint}gate them with `metainfer step` "
+            f"or discard them with `git -C {path} reset --hard && git -C {path} clean -fd`")
 
 
 def _unfinished_run(runs: Path, target_name: str) -> tuple[str, str] | None:

@@ -85,6 +85,10 @@ def build(
         except MetainferError as err:
             typer.echo(f"  refused    : {err}")
             refused = True
+        dirty = plan.dirty_worktree
+        if dirty:  # what the real run would refuse first (metainfer.build.resume.open_session)
+            typer.echo(f"  refused    : {dirty}")
+            refused = True
         if gpu == "cpu" and not full_size_on_cpu:
             try:
                 refuse_full_size_on_cpu(model, quant, gpu, False)
