@@ -272,7 +272,8 @@ class Reference:
         argmax differs from the draft (a near tie the cached path resolved the other way) the draft is
         redone, so a run costs two full forwards plus n cached steps in the common case and at most n + 1
         rounds. Rows are computed without a cache, like every other reference output. ``rows``: the prompt
-        rows to return (ascending, ending at P - 1; see ``ReferenceRun``); None: all.
+        rows to return (ascending, ending at P - 1; see ``ReferenceRun``); None: all. The draft's own rows that
+        saw the final tokens, against the returned ones, are ``ReferenceRun.cached`` (HF's own consistency).
         """
         if rows is not None and (not rows or rows[-1] != len(prompt) - 1):
             raise ValueError(f"prompt rows must end at the last prompt row {len(prompt) - 1}, got {list(rows[-3:])}")

@@ -12,7 +12,7 @@ Only per-row squares cross the worker pipe: a full-size row is 248,320 floats.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -45,7 +45,7 @@ class CachedRows:
 
     def to_wire(self) -> dict[str, torch.Tensor]:
         """The four tensors by field name, for the worker's reply."""
-        return {k: getattr(self, k) for k in ("prefill_err2", "prefill_ref2", "decode_err2", "decode_ref2")}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_wire(cls, d: dict | None) -> CachedRows | None:
@@ -57,8 +57,7 @@ class CachedRows:
         if d is None:
             return None
         try:
-            out = cls(*(torch.as_tensor(d[k], dtype=torch.float64).reshape(-1)
-                        for k in ("prefill_err2", "prefill_ref2", "decode_err2", "decode_ref2")))
+            out = cls(**{f.name: torch.as_tensor(d[f.name], dtype=torch.float64).reshape(-1) for f in fields(cls)})
         except KeyError as err:
             raise ValueError(f"cached rows lack {err}") from None
         for name in ("prefill", "decode"):

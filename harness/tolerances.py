@@ -13,7 +13,6 @@ does, figure by figure, including the per-layer residual update pooled over a ru
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, replace
 
 from metainfer.errors import UnknownNameError

@@ -24,7 +24,6 @@ cannot look fast by stopping early. ``decode-bs1`` times two requests with diffe
 from __future__ import annotations
 
 import difflib
-
 import random
 import time
 from dataclasses import asdict, dataclass

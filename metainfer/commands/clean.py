@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from metainfer.tempdirs import owned
+from metainfer.tempdirs import owned, prefix
 
 #: a temporary folder younger than this may belong to a run that has not started its gate yet (queued
 #: attempts of `metainfer cheats`, an export made before a long checkpoint write): kept
@@ -70,7 +70,7 @@ def collect(root: Path, force: bool) -> list[Item]:
         item = Item("temporary export", p, _size(p))
         # a report copy is complete when `metainfer report` returns; any other kind may be an export that a run
         # starting now is about to use
-        report_copy = p.name.startswith("metainfer-report-")
+        report_copy = p.name.startswith(prefix("report", root))
         if p in used:
             item.kept = "in use by a running process"
         elif now - p.stat().st_mtime < MIN_AGE_S and not report_copy:
