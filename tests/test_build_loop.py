@@ -2,10 +2,11 @@
 
 Each test copies the project (``metainfer/``, ``harness/``, ``templates/``) into a fresh git repo
 and adds a test knob to the engine template (``engine/test_knobs.py``): ``generate`` (what the
-benchmark times) sleeps ``SLOW_FACTOR`` × its real compute time, and every forward's logits are
-scaled by ``LOGIT_SCALE`` (what parity compares). Patches flip the knobs, so speed changes are
-real: the baseline sleeps as long as it computes, "faster" removes the sleep (≈2× under any
-load), "slower" sleeps twice as long, "broken" scales the logits by 1.5.
+benchmark times) sleeps ``SLOW_S`` seconds, and every forward's logits are scaled by ``LOGIT_SCALE``
+(what parity compares). Patches flip the knobs, so speed changes are real: the baseline sleeps
+``BASE_SLOW_S``, "faster" drops the sleep, "slower" sleeps again, "broken" scales the logits by 1.5.
+The sleep is fixed, not a multiple of the call's compute: with a sleep as long as the compute (a 2x gap)
+a loaded CI machine stretched one candidate call past the baseline's and the candidate lost a round.
 
 The mechanics tests share a run whose baseline is rendered and committed but not gated, and
 resume it with their own patches; the end-to-end test (slow) gates everything for real.
@@ -29,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL, QUANT = "qwen3.6-35b-a3b-tiny", "bf16"
 TARGET = f"{MODEL}-{QUANT}-cpu"
 ENGINE = f"generated/{TARGET}/engine"
+BASE_SLOW_S = 1.0  # the template's sleep per generate call, s (a tiny ttft call computes in ~0.05 s)
 GATE_OPTS = ["--rounds", "2", "--workloads", "ttft"]
 KNOBS = '''"""Test knobs (tests/test_build_loop.py): real slowness and a real parity break, switched by patches."""
 
 import time
 
-SLOW_FACTOR = {slow}
+SLOW_S = {slow}
 LOGIT_SCALE = {scale}
 
 
@@ -43,8 +45,8 @@ def start() -> float:
 
 
 def slow_down(t0: float, results):
-    if SLOW_FACTOR:
-        time.sleep(SLOW_FACTOR * (time.perf_counter() - t0))
+    if SLOW_S:
+        time.sleep(SLOW_S)
     return results
 
 
@@ -60,10 +62,10 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _hook_template(repo: Path) -> None:
-    """Make the template's ``generate`` (what the benchmark times) sleep SLOW_FACTOR × its compute time, and
+    """Make the template's ``generate`` (what the benchmark times) sleep SLOW_S seconds, and
     scale every forward's logits by LOGIT_SCALE (what parity compares); parity itself is not slowed."""
     eng = repo / "templates/engine/qwen3_5_moe/engine"
-    (eng / "test_knobs.py").write_text(KNOBS.format(slow=1.0, scale=1.0))
+    (eng / "test_knobs.py").write_text(KNOBS.format(slow=BASE_SLOW_S, scale=1.0))
     src = (eng / "runtime.py").read_text().splitlines(keepends=True)
 
     def body_start(prefix: str) -> int:
@@ -179,7 +181,7 @@ def test_outside_paths_and_harness_edits_are_rejected_without_a_gate(given_basel
     hashing = (repo / "harness/hashing.py").read_text()
     (tmp_path / "p1.diff").write_text(_patch("harness/hashing.py", hashing, hashing + "# relax the judge\n", "edit the judge"))
     (tmp_path / "p2.diff").write_text(_patch("README.md", "", "hello\n", "write a README").replace("--- a/README.md", "--- /dev/null"))
-    (tmp_path / "p3.diff").write_text(_patch(f"{ENGINE}/test_knobs.py", "SLOW_FACTOR = 7\n", "SLOW_FACTOR = 8\n", "stale"))
+    (tmp_path / "p3.diff").write_text(_patch(f"{ENGINE}/test_knobs.py", "SLOW_S = 7\n", "SLOW_S = 8\n", "stale"))
     head = _git(repo, "rev-parse", f"metainfer/{TARGET}")
     metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "3",
               *(f"--script={tmp_path / f'p{k}.diff'}" for k in (1, 2, 3)))
@@ -197,7 +199,7 @@ def test_outside_paths_and_harness_edits_are_rejected_without_a_gate(given_basel
 
 def test_gate_timeout_is_a_rejected_iteration(given_baseline, tmp_path):
     repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
-    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (1.0, 1.0), (0.0, 1.0))
+    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (BASE_SLOW_S, 1.0), (0.0, 1.0))
     t0 = time.monotonic()
     metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "1", "--gate-timeout", "3",
               "--script", str(faster))
@@ -211,7 +213,7 @@ def test_gate_timeout_is_a_rejected_iteration(given_baseline, tmp_path):
 
 def test_time_limit_stops_at_an_iteration_boundary(given_baseline, tmp_path):
     repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
-    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (1.0, 1.0), (0.0, 1.0))
+    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (BASE_SLOW_S, 1.0), (0.0, 1.0))
     metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "3", "--time-limit", "0.001",
               "--script", str(faster))
     st = _state(runs, run_id)
@@ -222,7 +224,7 @@ def test_time_limit_stops_at_an_iteration_boundary(given_baseline, tmp_path):
 
 def test_resume_after_sigkill_mid_gate_redoes_the_iteration(given_baseline, tmp_path):
     repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
-    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (1.0, 1.0), (0.0, 1.0))
+    faster = _knobs_patch(tmp_path, "f.diff", "drop the sleep", (BASE_SLOW_S, 1.0), (0.0, 1.0))
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     proc = subprocess.Popen([sys.executable, "-m", "metainfer.cli", "build", "--resume", run_id, "--runs-dir", str(runs),
                              "--iterations", "2", "--script", str(faster), "--script", str(faster)],
@@ -280,9 +282,9 @@ def test_scripted_run_commits_the_faster_and_rejects_broken_and_slower(tmp_path,
     repo = _make_project(tmp_path / "repo")
     runs = tmp_path / "runs"
     before = _checkout(repo)
-    p1 = _knobs_patch(tmp_path, "1.diff", "drop the sleep in every forward", (1.0, 1.0), (0.0, 1.0))
+    p1 = _knobs_patch(tmp_path, "1.diff", "drop the sleep in every forward", (BASE_SLOW_S, 1.0), (0.0, 1.0))
     p2 = _knobs_patch(tmp_path, "2.diff", "scale the logits (breaks parity)", (0.0, 1.0), (0.0, 1.5))
-    p3 = _knobs_patch(tmp_path, "3.diff", "sleep twice the compute time", (0.0, 1.0), (2.0, 1.0))
+    p3 = _knobs_patch(tmp_path, "3.diff", "sleep again", (0.0, 1.0), (BASE_SLOW_S, 1.0))
     out = metainfer(repo, "build", "--model", MODEL, "--quant", QUANT, "--gpu", "cpu", "--iterations", "3",
                     "--checkpoint", str(tiny_checkpoint(QUANT)), "--runs-dir", str(runs), *GATE_OPTS,
                     "--script", str(p1), "--script", str(p2), "--script", str(p3), timeout=3600)
