@@ -75,9 +75,13 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
     return top[:, 0] - top[:, 1]
 
 
+#: In the greedy tie rule each of the two ids may err from the reference by this many of the row's rms errors.
+ROW_Z = 3.0
+
+
 def greedy_agreement(
     engine: list[int], reference: list[int], e_rows: torch.Tensor, r_rows: torch.Tensor, *, floor_rel: float,
-    slack: torch.Tensor | None = None,
+    slack: torch.Tensor | None = None, row_z: float = ROW_Z,
 ) -> tuple[int, int]:
     """Compare greedy tokens step by step up to the first tie: returns ``(matched, compared)``.
 
@@ -86,9 +90,12 @@ def greedy_agreement(
     differ (engine g, reference c), the difference is a **tie** if the reference prefers c over
     g by no more than the engine's logit errors on those two ids can explain::
 
-        r[c] - r[g] <= |e[g] - r[g]| + |e[c] - r[c]| + floor_rel * max|r| + 2 * slack[j]
+        r[c] - r[g] <= max(|e[g] - r[g]|, z * rms_j) + max(|e[c] - r[c]|, z * rms_j) + floor_rel * max|r| + 2 * slack[j]
 
-    (if the engine's teacher-forced row ranks g above c this always holds). ``slack`` [n], in
+    (if the engine's teacher-forced row ranks g above c this always holds). ``rms_j`` is the root mean square of
+    ``e[j] - r[j]`` over the row's finite entries and ``z`` is ``row_z``: the engine's ``generate`` ran row j in
+    another batch than its teacher-forced runs, so its row there errs from the reference by a fresh draw of the
+    same size, not by the teacher-forced row's own errors at g and c. ``slack`` [n], in
     logits, covers the engine's own variation between its teacher-forced run and its generate
     run (different batches around the sequence): the caller passes the row's max
     |alone − batched| difference, by which each of the two ids may move; None means 0. A tie ends the
@@ -114,7 +121,11 @@ def greedy_agreement(
             return j, j + 1
         gap = float(r[j, c] - r[j, g])
         extra = 2.0 * float(slack[j]) if slack is not None else 0.0
-        bound = float((e[j, g] - r[j, g]).abs() + (e[j, c] - r[j, c]).abs() + floor_rel * r[j].abs().max()) + extra
+        diff = (e[j] - r[j]).double()
+        finite = diff[torch.isfinite(diff)]
+        row = row_z * float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+        ids = [float(diff[g].abs()), float(diff[c].abs())]  # NaN at either id stays NaN: never a tie
+        bound = sum(x if math.isnan(x) else max(x, row) for x in ids) + floor_rel * float(r[j].abs().max()) + extra
         return (j, j) if gap <= bound else (j, j + 1)
     return n, n
 

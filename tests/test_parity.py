@@ -93,6 +93,13 @@ def test_greedy_agreement_stops_at_first_tie():
     slack = torch.tensor([0.0, 0.0, 0.06, 0.0])  # each id may move by 0.06: the gap by 0.12 > 0.1
     assert greedy_agreement([0, 1, 5, 3], ref, r, r, floor_rel=0.0, slack=slack) == (2, 2)
     assert greedy_agreement([0, 4, 2, 3], ref, r, r, floor_rel=0.0, slack=slack) == (1, 2)
+    # generate ran the row in another batch: exact at ids 2 and 5 but 0.04 rms off elsewhere, each id may move
+    # by 3 x 0.04, so the 0.1 gap is a tie; the 2.0 lead of a wrong token is not
+    rowwise = r.clone()
+    rowwise[:, [0, 1, 3, 4]] += torch.tensor([0.04, -0.04, 0.04, -0.04]) * (6 / 4) ** 0.5
+    assert greedy_agreement([0, 1, 5, 3], ref, rowwise, r, floor_rel=0.0) == (2, 2)
+    assert greedy_agreement([0, 1, 5, 3], ref, rowwise, r, floor_rel=0.0, row_z=0.0) == (2, 3)
+    assert greedy_agreement([0, 4, 2, 3], ref, rowwise, r, floor_rel=0.0) == (1, 2)
     with pytest.raises(ValueError, match="generated 3 tokens"):
         greedy_agreement([0, 1, 2], ref, e, r, floor_rel=0.0)
 

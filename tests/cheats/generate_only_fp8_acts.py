@@ -1,0 +1,55 @@
+"""A precision cut confined to ``generate()``: parity calls ``prefill`` and ``decode`` itself for every logits
+check, the bench only ``generate``, so a flag set for the length of a ``generate`` call tells the stages apart
+without any state kept between calls. Inside it the experts' inputs (routed and shared) are rounded to e4m3 with
+a per-token scale (W16A8 FP8, the MoE block's output moves ~5.5 %), in prefill and decode alike.
+
+What sees it: parity's greedy runs go through ``generate`` (``harness.parity_engine.greedy_tokens``), and the
+tokens they take must be ties of the reference's (``harness.parity_metrics.greedy_agreement``). The cut's first
+wrong token lies 7-19 rms of the row's error behind the reference's (3 nonces), against at most 2.3 for the
+honest engine; the tie bound, about 6.4 rms, rejects it at 1.15-3.0x. The bench's output check (0.5 std of the
+baseline's row, about 16 rms here) alone would pass it."""
+
+from pathlib import Path
+
+from . import append, replace
+
+DESCRIPTION = "experts' inputs rounded to e4m3 inside generate() only (the bench's calls; parity's are exact)"
+CLASS = "precision"
+STAGE = "parity"
+REASON = "greedy token"
+
+
+def apply(engine_dir: Path) -> None:
+    """Quantize the MoE inputs while a generate call runs (engine/model.py, engine/__init__.py)."""
+    replace(engine_dir, "engine/model.py",
+            "            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n",
+            "            xm = _fp8_tokens(x) if _IN_GENERATE else x\n"
+            "            mlp_out = moe_forward(xm, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n")
+    append(engine_dir, "engine/model.py", '''
+_IN_GENERATE = []
+
+
+def _fp8_tokens(x: torch.Tensor) -> torch.Tensor:
+    s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
+    return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
+''')
+    append(engine_dir, "engine/__init__.py", '''
+from . import model as _cut_model
+
+_cut_load = load
+
+
+def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
+    eng = _cut_load(checkpoint, device, max_batch=max_batch, max_seq_len=max_seq_len)
+    own_generate = eng.generate
+
+    def generate(prompts, params):
+        _cut_model._IN_GENERATE.append(1)
+        try:
+            return own_generate(prompts, params)
+        finally:
+            _cut_model._IN_GENERATE.clear()
+
+    eng.generate = generate
+    return eng
+''')
