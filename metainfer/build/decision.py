@@ -177,6 +177,14 @@ def noise_run_note(noise_run: dict[str, Any] | None) -> str | None:
     return note
 
 
+def speedup_text(speedup: Any, noise: Any, fmt: str = ".3f") -> str:
+    """``1.234× ± 5.6 %``: a paired speedup with its noise, which is relative (half the relative range of the paired
+    ratios), so it is printed as a percentage; an en dash without a speedup."""
+    if speedup is None:
+        return "–"
+    return f"{format(speedup, fmt)}× ± {100 * (noise or 0.0):.1f} %"
+
+
 def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
     """Accept iff green up to the benchmark, parity ok, the gate says the candidate beats the best engine and,
     when ``margin`` (``aa_margin`` of the run's noise run) is given, the speedup clears it too."""
@@ -188,7 +196,7 @@ def decide(outcome: GateOutcome, margin: float | None = None) -> Decision:
         return Decision(False, "parity did not run or did not pass")
     if f["speedup"] is None:
         return Decision(False, "no benchmark objective in the gate result")
-    sp = f"speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
+    sp = f"speedup {speedup_text(f['speedup'], f['noise'])}"
     if f["beats_baseline"] is True and margin is not None and not f["speedup"] - 1.0 > margin:
         return Decision(False, f"within the noise run's margin: {sp}, but the engine raced against itself was "
                                f"{margin:.3f} off 1.0 (speedup - 1 must exceed it)")

@@ -3,8 +3,8 @@
     [iter 2 +41.0s] propose: num_warps 4→8 (neighbour of the best)
     [iter 2 +41.2s] gate static ok 0.1s
     [iter 2 +44.3s] gate parity ok 3.1s (max rel err 0.0041)
-    [iter 2 +56.0s] gate bench speedup 1.04 ± 0.02 11.7s
-    [iter 2 +56.0s] → rejected (within noise: speedup 1.040 ± 0.020)
+    [iter 2 +56.0s] gate bench speedup 1.040× ± 2.0 % 11.7s
+    [iter 2 +56.0s] → rejected (within noise: speedup 1.040× ± 2.0 %)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from metainfer.build.decision import figures
+from metainfer.build.decision import figures, speedup_text
 
 
 class Progress:
@@ -37,6 +37,6 @@ class Progress:
             dec = f" / decode {f['max_decode_rel_err']:.3g}" if f.get("max_decode_rel_err") is not None else ""
             extra = f" (max rel err {f['max_rel_err']:.3g}{dec})"
         if name == "bench" and f["speedup"] is not None:
-            extra = f" speedup {f['speedup']:.3f} ± {f['noise'] or 0:.3f}"
+            extra = f" speedup {speedup_text(f['speedup'], f['noise'])}"
         status = "ok" if ok else f"FAILED: {st.get('error') or 'red'}"
         self.line(iteration, f"gate {name} {status}{extra} {secs:.1f}s")

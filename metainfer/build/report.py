@@ -12,21 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from metainfer.build.decision import noise_run_note
+from metainfer.build.decision import noise_run_note, speedup_text
 from metainfer.build.records import RunRecord, write_text
 
 
 def _num(x: Any, fmt: str = ".3g") -> str:
     """``x`` formatted, or an en dash when absent."""
     return "–" if x is None else format(x, fmt)
-
-
-def speedup_text(speedup: Any, noise: Any, fmt: str = ".3f") -> str:
-    """``1.234× ± 5.6 %``: a paired speedup with its noise, which is relative (half the relative range of the paired
-    ratios), so it is printed as a percentage; an en dash without a speedup."""
-    from metainfer.build.report_html import pct
-
-    return "–" if speedup is None else f"{format(speedup, fmt)}× ± {pct(noise or 0.0)}"
 
 
 def _workload(f: dict | None, name: str) -> str:
