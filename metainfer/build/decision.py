@@ -167,10 +167,12 @@ def noise_run_note(noise_run: dict[str, Any] | None) -> str | None:
     speedup, noise, margin = as_float(objective.get("speedup")), as_float(objective.get("noise")), aa_margin(noise_run)
     if speedup is None or margin is None:
         return None
-    note = (f"Noise run (the baseline raced against a copy of itself): {speedup:.3f}× ± {100 * (noise or 0.0):.1f} %. "
-            f"Besides beating the best engine by more than its own noise in every round, a candidate's speedup − 1 must "
-            f"exceed {margin:.3f}: how far beyond its own noise the engine raced against itself landed from 1 (0 when "
-            f"within it).")
+    note = (f"Noise run: the baseline raced against a copy of itself came out {speedup_text(speedup, noise)}. "
+            + (f"That is {margin:.3f} further from 1 than its own noise explains, so a candidate is accepted only "
+               f"above {1 + margin:.3f}× (speedup − 1 must exceed {margin:.3f}), besides winning every round by more "
+               f"than its own noise." if margin > 0 else
+               "That is within its own noise of 1, so no margin is added (speedup − 1 must exceed 0.000): a candidate "
+               "is accepted when it wins every round by more than its own noise."))
     if margin > UNSTEADY_MARGIN or (noise or 0.0) > UNSTEADY_NOISE:
         note += (" The same engine did not time the same twice: this machine was unsteady (other jobs on these "
                  "cores?), so a small speedup here means little; rerun on idle cores to trust one.")
