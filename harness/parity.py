@@ -181,7 +181,7 @@ def run_parity(
                        "reference runs and then the engine load (one GPU): %.1f s"))
             tol = get_tolerance(engine_dtype, reference.dtype).for_device(device)
             checks = Phase()
-            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol)
+            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol, wide=cap.max_batch)
             checks.done("engine runs and checks of %d prompts: %.1f s", len(prompts))
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict

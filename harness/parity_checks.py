@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
+from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
 from harness.parity_metrics import (
     first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
     pooled_rows_error, pooled_sq_rows, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
@@ -117,13 +117,15 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
 
 
 def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
-               tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
+               tol: Tolerance, refs: list[ReferenceRun] | None = None,
+               wide: list[tuple[HiddenRun, torch.Tensor]] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
     the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
     the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
     hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each prompt's
     worst rows left out apart: a cut in one long prompt's decode stays in). ``refs``: the reference runs, whose HF
-    consistency (``reference_consistency``) anchors the consistency thresholds on a GPU."""
+    consistency (``reference_consistency``) anchors the consistency thresholds on a GPU. ``wide``: each sequence of
+    the wide batch (``evaluate``) with its prompt's hidden-state run, checked for consistency as mode ``wide``."""
     if not hidden:
         return RunFigures()
     own = reference_consistency(refs or [], tol)
@@ -136,8 +138,10 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
         reference_consistency=own,
     )
-    for mode, runs in (("alone", alone), ("batched", batched)):
-        same = [(e, h.logits) for h, e in zip(hidden, runs, strict=True) if e.shape == h.logits.shape]
+    modes = [("alone", list(zip(hidden, alone, strict=True))), ("batched", list(zip(hidden, batched, strict=True)))]
+    modes += [("wide", wide)] if wide else []
+    for mode, runs in modes:
+        same = [(e, h.logits) for h, e in runs if e.shape == h.logits.shape]
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
             pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if pairs:
@@ -159,33 +163,54 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
     return run
 
 
+def judge_batch(fig: PromptFigures, e: torch.Tensor, alone: torch.Tensor, tol: Tolerance) -> None:
+    """Batch invariance: a run of several sequences against the same prompt's ``alone`` logits (same shape)."""
+    fig.batch_rel_err = rel_l2(e, alone) if torch.isfinite(alone).all() and alone.shape == e.shape else float("nan")
+    if not fig.batch_rel_err <= tol.batch:
+        fig.failures.append(f"{fig.mode} vs alone rel err {fig.batch_rel_err:.3g} > {tol.batch:.3g}")
+
+
 def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
-             tol: Tolerance) -> tuple[list[PromptFigures], RunFigures]:
-    """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``)."""
+             tol: Tolerance, wide: int = 0) -> tuple[list[PromptFigures], RunFigures]:
+    """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``).
+
+    ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` the short prompts are run
+    once more as a batch of that many sequences (``parity_engine.wide_indices``), teacher-forced and greedy, each
+    entry (mode ``wide<B>``) judged as a batched one is."""
     runs = Phase()
     alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
     alone_greedy = [greedy_tokens(engine, [r])[0] for r in refs]
     batched = teacher_forced_logits(engine, refs)
     batched_greedy = greedy_tokens(engine, refs)
-    runs.done("engine: teacher-forced and greedy runs, alone and batched, in %.1f s")
+    wide_idx = wide_indices(refs, wide)
+    wide_refs = [refs[i] for i in wide_idx]
+    wide_logits = teacher_forced_logits(engine, wide_refs) if wide_refs else []
+    wide_greedy = greedy_tokens(engine, wide_refs) if wide_refs else []
+    runs.done("engine: teacher-forced and greedy runs, alone, batched and wide, in %.1f s")
     checks = Phase()
     figs: list[PromptFigures] = []
     hidden: list[HiddenRun] = []
     kept_alone: list[torch.Tensor] = []
     kept_batched: list[torch.Tensor] = []
-    for p, ref, ea, ga, eb, gb in zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True):
+    hidden_of: dict[int, HiddenRun] = {}
+    for i, (p, ref, ea, ga, eb, gb) in enumerate(zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True)):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
         judge_logits(fa, ea, ref, ga, tol, eb)
         h = check_hidden(engine, reference, fa, ref, tol)
         if h is not None:
+            hidden_of[i] = h
             hidden.append(h)
             kept_alone.append(ea)
             kept_batched.append(eb)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
         judge_logits(fb, eb, ref, gb, tol, ea)
-        fb.batch_rel_err = rel_l2(eb, ea) if torch.isfinite(ea).all() and ea.shape == eb.shape else float("nan")
-        if not fb.batch_rel_err <= tol.batch:
-            fb.failures.append(f"batched vs alone rel err {fb.batch_rel_err:.3g} > {tol.batch:.3g}")
+        judge_batch(fb, eb, ea, tol)
         figs += [fa, fb]
         checks.progress(len(figs) // 2, len(prompts), "hidden-state and layer-local checks: %d of %d prompts, %.0f s")
-    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol, refs)
+    for i, ew, gw in zip(wide_idx, wide_logits, wide_greedy, strict=True):
+        fw = PromptFigures(prompts[i].name, f"wide{len(wide_idx)}", len(prompts[i].tokens))
+        judge_logits(fw, ew, refs[i], gw, tol, alone[i])
+        judge_batch(fw, ew, alone[i], tol)
+        figs.append(fw)
+    wide_runs = [(hidden_of[i], ew) for i, ew in zip(wide_idx, wide_logits, strict=True) if i in hidden_of]
+    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol, refs, wide_runs)

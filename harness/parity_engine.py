@@ -48,6 +48,22 @@ def decode_schedule(batch: int, steps: int) -> list[list[tuple[int, int]]]:
     return [[(i, t - o) for i, o in enumerate(offsets) if o <= t < o + steps] for t in range(offsets[-1] + steps)]
 
 
+def wide_indices(refs: list[ReferenceRun], batch: int) -> list[int]:
+    """The prompts of the wide batch, as indices into ``refs``: the shortest third of them (at least one), cycled to
+    ``batch`` sequences; empty when ``batch`` is not above ``len(refs)`` (the batched run already reaches it).
+
+    Why: the batched runs decode at most N = ``len(refs)`` sequences at once (23 on the GPU set), while the gate
+    loads every engine for its largest stage (``harness.gate_stages.gate_capacity``: 33 slots at full size, for the
+    bench's conc32), so a decode path taken only above N (a CUDA-graph bucket of 24-32, a cut armed at batch > N) was
+    compared nowhere. The wide batch fills every slot load asked for; short prompts keep its logit rows few (at full
+    size a row is 1 MB), since the batch size, not the prompt, is what it tests."""
+    if batch <= len(refs):
+        return []
+    order = sorted(range(len(refs)), key=lambda i: len(refs[i].prompt))
+    pool = order[: max(1, len(order) // 3)]
+    return [pool[k % len(pool)] for k in range(batch)]
+
+
 def teacher_forced_logits(engine: EngineApi, seqs: list[ReferenceRun]) -> list[torch.Tensor]:
     """Prefill the prompts together, then decode the reference's tokens in the order of :func:`decode_schedule`
     (the batch growing and shrinking through every size up to ``len(seqs)``): float32 [S_i + n, V] per sequence

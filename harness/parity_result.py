@@ -11,14 +11,15 @@ class PromptFigures:
     """One prompt in one mode, engine against reference (docs/PARITY.md defines every figure).
 
     Attributes:
-        prompt: prompt name (``len0064``); mode: ``alone`` (batch of one) or ``batched`` (all prompts together).
+        prompt: prompt name (``len0064``); mode: ``alone`` (batch of one), ``batched`` (all prompts together) or
+            ``wide<B>`` (one of B sequences of the short prompts, B the engine's slots: ``parity_engine.wide_indices``).
         length: prompt tokens P; decode steps follow it.
         prompt_rel_err: relative L2 of the engine's prefill logits [P, V] against the reference's.
         decode_rel_err: relative L2 of the teacher-forced decode logits [n, V].
         max_abs_err: max |e − r| over all P + n logit rows, in logit units.
         greedy_match / greedy_compared: common prefix of the engine's own greedy tokens and the
             reference's, within the steps before the first tie (passes iff equal).
-        batch_rel_err: ``batched`` only: relative L2 of the batched run's logits against the same
+        batch_rel_err: ``batched`` and ``wide<B>``: relative L2 of the run's logits against the same
             engine's ``alone`` logits (batch invariance).
         failures: why this entry failed; empty when it passed.
         layer_errors: ``alone`` entries: relative L2 per hidden state [L + 1] (0 = embeddings) of prompt +
@@ -63,7 +64,8 @@ class RunFigures:
         local_update_tolerances: per layer [L], the threshold ``Tolerance.local_update`` of that layer's storage ratio.
         local_logits_err: the engine's prefill logits against the reference's final norm + ``lm_head``
             on the engine's ``h[L]`` (``Tolerance.local_logits``).
-        consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched``: the engine's
+        consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched`` (and ``prefill wide``,
+            ``decode wide`` when the wide batch ran: ``parity_checks.evaluate``): the engine's
             teacher-forced logits (prompt rows and decode rows apart) against the logits of its own hidden-state
             prefill of the same tokens (``Tolerance.consistency``).
         consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own

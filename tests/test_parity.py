@@ -544,6 +544,41 @@ def test_quick_parity_passes_in_process(rendered, tiny_checkpoint):
     assert [p.name for p in res.prompts] == ["len0002/alone", "len0002/batched", "len0064/alone", "len0064/batched"]
 
 
+def test_wide_indices_fill_the_slots_with_the_shortest_third():
+    from harness.parity_engine import wide_indices
+    from harness.parity_engine import wide_indices
+    from harness.reference import ReferenceRun
+    refs = [ReferenceRun(prompt=[5] * n, continuation=[1, 2], logits=torch.zeros(1)) for n in (9, 1, 30, 4, 2, 7)]
+    assert wide_indices(refs, 6) == [] and wide_indices(refs, 3) == []  # the batched run reaches it already
+    assert wide_indices(refs, 7) == [1, 4, 1, 4, 1, 4, 1]  # lengths 1 and 2: the shortest third of six prompts
+    assert wide_indices(refs[:2], 3) == [1, 1, 1]
+
+
+def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_checkpoint, tmp_path):
+    """An engine loaded for more slots than parity has prompts (at full size 33 for the bench's conc32, against 23
+    prompts) runs the short prompts once more as a batch filling every slot. A cut armed only in decode steps of more
+    than N = 3 sequences passes the alone and batched runs and fails the wide one."""
+    from harness.parity import run_parity
+    from harness.workloads import Capacity
+
+    engine = rendered("bf16", tmp_path / "wide_cut")
+    old = "mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)"
+    _break(engine, old, old + " * (1.3 if batch.decode and x.shape[0] > 3 else 1.0)")
+    kw = dict(seed=5, lengths=(1, 3, 17), steps=4)
+    blind = run_parity(engine, tiny_checkpoint("bf16"), **kw)
+    assert blind.ok, format_table(blind)  # batches of 1-3 only: the cut never runs
+    res = run_parity(engine, tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
+    wide = [p for p in res.prompts if p.mode == "wide7"]
+    assert not res.ok and len(wide) == 7 and {p.prompt for p in wide} == {"len0001"}, format_table(res)
+    assert all(p.ok for p in res.prompts if p.mode != "wide7")
+    # the sharp net: the wide decode rows against the engine's own hidden-state prefill of the same tokens
+    x, t = res.consistency["decode wide"], res.consistency_tolerances["decode wide"]
+    assert x > 3 * t and any("consistency (decode wide)" in f for f in res.update_failures), format_table(res)
+    honest = run_parity(rendered("bf16"), tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
+    assert honest.ok and sum(p.mode == "wide7" for p in honest.prompts) == 7, format_table(honest)
+    assert honest.consistency["decode wide"] <= honest.consistency_tolerances["decode wide"] / 2
+
+
 @pytest.mark.parametrize("poison, reason", [
     ('.index_fill(-1, torch.tensor([7], device=x.device), float("nan"))', "non-finite"),
     (" * 0.0 + 1.0", "constant"),
