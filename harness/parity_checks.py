@@ -116,16 +116,15 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
     return out
 
 
-def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list[torch.Tensor], steps: int,
-               tol: Tolerance, refs: list[ReferenceRun] | None = None,
-               wide: list[tuple[HiddenRun, torch.Tensor]] | None = None) -> RunFigures:
+def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, torch.Tensor]]], steps: int,
+               tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
-    the layer-local update and final-norm logits, and consistency: the teacher-forced logits of the alone and
-    the batched runs (their prompt rows and their decode rows apart) against the logits of the engine's own
-    hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each prompt's
-    worst rows left out apart: a cut in one long prompt's decode stays in). ``refs``: the reference runs, whose HF
-    consistency (``reference_consistency``) anchors the consistency thresholds on a GPU. ``wide``: each sequence of
-    the wide batch (``evaluate``) with its prompt's hidden-state run, checked for consistency as mode ``wide``."""
+    the layer-local update and final-norm logits, and consistency: the teacher-forced logits of each mode's runs
+    (``runs``: mode -> each sequence's teacher-forced logits with its prompt's hidden-state run; ``alone``,
+    ``batched`` and, when it ran, ``wide``), their prompt rows and their decode rows apart, against the logits of the
+    engine's own hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each
+    prompt's worst rows left out apart: a cut in one long prompt's decode stays in). ``refs``: the reference runs,
+    whose HF consistency (``reference_consistency``) anchors the consistency thresholds on a GPU."""
     if not hidden:
         return RunFigures()
     own = reference_consistency(refs or [], tol)
@@ -138,10 +137,8 @@ def run_checks(hidden: list[HiddenRun], alone: list[torch.Tensor], batched: list
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
         reference_consistency=own,
     )
-    modes = [("alone", list(zip(hidden, alone, strict=True))), ("batched", list(zip(hidden, batched, strict=True)))]
-    modes += [("wide", wide)] if wide else []
-    for mode, runs in modes:
-        same = [(e, h.logits) for h, e in runs if e.shape == h.logits.shape]
+    for mode, seqs in runs.items():
+        same = [(e, h.logits) for h, e in seqs if e.shape == h.logits.shape]
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
             pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if pairs:
@@ -189,19 +186,13 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     runs.done("engine: teacher-forced and greedy runs, alone, batched and wide, in %.1f s")
     checks = Phase()
     figs: list[PromptFigures] = []
-    hidden: list[HiddenRun] = []
-    kept_alone: list[torch.Tensor] = []
-    kept_batched: list[torch.Tensor] = []
-    hidden_of: dict[int, HiddenRun] = {}
+    hidden_of: dict[int, HiddenRun] = {}  # prompt index -> its hidden-state run, for the prompts that gave one
     for i, (p, ref, ea, ga, eb, gb) in enumerate(zip(prompts, refs, alone, alone_greedy, batched, batched_greedy, strict=True)):
         fa = PromptFigures(p.name, "alone", len(p.tokens))
         judge_logits(fa, ea, ref, ga, tol, eb)
         h = check_hidden(engine, reference, fa, ref, tol)
         if h is not None:
             hidden_of[i] = h
-            hidden.append(h)
-            kept_alone.append(ea)
-            kept_batched.append(eb)
         fb = PromptFigures(p.name, "batched", len(p.tokens))
         judge_logits(fb, eb, ref, gb, tol, ea)
         judge_batch(fb, eb, ea, tol)
@@ -212,5 +203,8 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
         judge_logits(fw, ew, refs[i], gw, tol, alone[i])
         judge_batch(fw, ew, alone[i], tol)
         figs.append(fw)
+    runs = {"alone": [(h, alone[i]) for i, h in hidden_of.items()], "batched": [(h, batched[i]) for i, h in hidden_of.items()]}
     wide_runs = [(hidden_of[i], ew) for i, ew in zip(wide_idx, wide_logits, strict=True) if i in hidden_of]
-    return figs, run_checks(hidden, kept_alone, kept_batched, len(refs[0].continuation), tol, refs, wide_runs)
+    if wide_runs:
+        runs["wide"] = wide_runs
+    return figs, run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)

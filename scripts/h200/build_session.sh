@@ -45,8 +45,5 @@ if [ "$MODE" = start ]; then
 fi
 
 # wait for the build (or the call's limit), showing progress
-while kill -0 "$(cat /tmp/build.pid 2>/dev/null || echo 0)" 2>/dev/null; do
-  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: build still running"; break; }
-  sleep 10
-done
+wait_bg /tmp/build.pid || true
 grep -E "iteration|accepted|rejected|baseline|Error|error" /tmp/build.log | tail -20

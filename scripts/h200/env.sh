@@ -15,3 +15,16 @@ export PATH="/tmp/bin:$PATH"
 export OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
+# wait_bg PIDFILE...: wait while any job named by a pid file runs, until LIMIT seconds after START (both set by the
+# calling script); returns 1 when it stopped at the limit. The start/wait scripts (judge_full, mutants_full,
+# upgrade_full, survivors_probe, build_session) leave their jobs running in their own session and collect with this.
+wait_bg() {
+  local f alive
+  while :; do
+    alive=0
+    for f in "$@"; do kill -0 "$(cat "$f" 2>/dev/null || echo 0)" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; return 1; }
+    sleep 10
+  done
+}

@@ -28,11 +28,7 @@ if [ "$MODE" = start ]; then
   echo $! > /tmp/parity_local.pid
 fi
 collect() { cp "$PL"/* "$OUT"/ 2>/dev/null; for f in mutants.txt mutants.json mutants.log; do [ -f /tmp/mutants/$f ] && cp /tmp/mutants/$f "$OUT/$f"; done; }
-alive() { kill -0 "$(cat "$1" 2>/dev/null || echo 0)" 2>/dev/null; }
-while alive /tmp/parity_local.pid || alive /tmp/mutants.pid; do
-  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
-  sleep 10
-done
+wait_bg /tmp/parity_local.pid /tmp/mutants.pid || true
 collect
 echo "== parity_local"; tail -8 "$PL/parity_local.log" 2>/dev/null
 echo "== mutants"; tail -30 /tmp/mutants/mutants.txt 2>/dev/null; grep "harness.parity" /tmp/mutants/mutants.log | tail -30

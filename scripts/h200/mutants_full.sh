@@ -54,8 +54,5 @@ if [ "$MODE" = start ]; then
   echo $! > /tmp/mutants.pid
 fi
 
-while kill -0 "$(cat /tmp/mutants.pid 2>/dev/null || echo 0)" 2>/dev/null; do
-  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
-  sleep 10
-done
+wait_bg /tmp/mutants.pid || true
 tail -40 "$RES/mutants.txt"

@@ -40,10 +40,7 @@ if [ "$MODE" = start ]; then
         --json $RES/probe_full.json > $RES/probe_full.txt 2> $RES/probe_full.log" < /dev/null > /dev/null 2>&1 &
   echo $! > /tmp/probe.pid
 fi
-while kill -0 "$(cat /tmp/probe.pid 2>/dev/null || echo 0)" 2>/dev/null; do
-  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
-  sleep 10
-done
+wait_bg /tmp/probe.pid || true
 for f in probe_twin.txt probe_twin.json probe_twin.log probe_full.txt probe_full.json probe_full.log; do
   [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/$f"
 done

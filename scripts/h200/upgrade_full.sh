@@ -55,8 +55,5 @@ if [ "$MODE" = start ]; then
   echo $! > /tmp/upgrade.pid
 fi
 
-while kill -0 "$(cat /tmp/upgrade.pid 2>/dev/null || echo 0)" 2>/dev/null; do
-  [ $(( $(date +%s) - START )) -ge "$LIMIT" ] && { echo "call limit: still running; call 'wait' again"; break; }
-  sleep 10
-done
+wait_bg /tmp/upgrade.pid || true
 grep -E "iter|kept|repaired|dropped|baseline|upgraded|finished|Error|error" /tmp/upgrade.log | tail -25
