@@ -564,7 +564,7 @@ def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_check
     engine = rendered("bf16", tmp_path / "wide_cut")
     old = "mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)"
     _break(engine, old, old + " * (1.3 if batch.decode and x.shape[0] > 3 else 1.0)")
-    kw = dict(seed=5, lengths=(1, 3, 17), steps=4)
+    kw = dict(seed=5, lengths=(1, 3, 17), steps=4, prompt_nonce=1)  # fixed prompts: the honest margin below is theirs
     blind = run_parity(engine, tiny_checkpoint("bf16"), **kw)
     assert blind.ok, format_table(blind)  # batches of 1-3 only: the cut never runs
     res = run_parity(engine, tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
@@ -576,7 +576,7 @@ def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_check
     assert x > 3 * t and any("consistency (decode wide)" in f for f in res.update_failures), format_table(res)
     honest = run_parity(rendered("bf16"), tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
     assert honest.ok and sum(p.mode == "wide7" for p in honest.prompts) == 7, format_table(honest)
-    assert honest.consistency["decode wide"] <= honest.consistency_tolerances["decode wide"] / 2
+    assert honest.consistency["decode wide"] <= honest.consistency_tolerances["decode wide"] / 2, honest.consistency
 
 
 @pytest.mark.parametrize("poison, reason", [
