@@ -26,12 +26,13 @@ RES=/tmp/probe; mkdir -p "$RES"
 export METAINFER_ISOLATION=process METAINFER_TRUSTED_TRITON_CACHE=/tmp/mi-triton-shared METAINFER_LOG=INFO
 CK=${CK:-/tmp/ck-qwen3.6-35b-a3b-nvfp4}
 LONG=${LONG:-12000-16000}
+FULL=${FULL:-1}  # 0: the twin's runs only (no full-size checkpoint, no step 2)
 if [ "$MODE" = start ]; then
   TWIN=$(python3 scripts/h200/shallow_twin.py --model qwen3.6-35b-a3b --periods 1 --out /tmp/twin | cut -d' ' -f1)
   echo "twin: $TWIN"
   setsid nohup bash -c "
     metainfer checkpoint --model $TWIN --quant nvfp4 --out /tmp/ck-twin --seed 1234 --force > $RES/checkpoint_twin.log 2>&1
-    ([ -f $CK/model.safetensors.index.json ] || metainfer checkpoint --model qwen3.6-35b-a3b --quant nvfp4 --out $CK \
+    ([ $FULL = 0 ] || [ -f $CK/model.safetensors.index.json ] || metainfer checkpoint --model qwen3.6-35b-a3b --quant nvfp4 --out $CK \
         --seed 1234 --force > $RES/checkpoint_full.log 2>&1) &
     metainfer mutants --model $TWIN --quant nvfp4 --gpu h200 --device cuda --checkpoint /tmp/ck-twin \
         --mutant-lengths 65,2049,3000-4000 --only gdn_state_bf16 --only rope_slow_pairs_dropped --only attn_scale \
@@ -40,7 +41,7 @@ if [ "$MODE" = start ]; then
         --lengths 2049,$LONG --steps ${STEPS:-32} --only rope_slow_pairs_dropped --only gdn_state_bf16 \
         --json $RES/probe_twin_long.json > $RES/probe_twin_long.txt 2> $RES/probe_twin_long.log
     wait
-    metainfer mutants --model qwen3.6-35b-a3b --quant nvfp4 --gpu h200 --device cuda --checkpoint $CK \
+    [ $FULL = 0 ] || metainfer mutants --model qwen3.6-35b-a3b --quant nvfp4 --gpu h200 --device cuda --checkpoint $CK \
         --lengths 2049,$LONG --steps ${STEPS:-32} --only rope_slow_pairs_dropped \
         --json $RES/probe_full.json > $RES/probe_full.txt 2> $RES/probe_full.log" < /dev/null > /dev/null 2>&1 &
   echo $! > /tmp/probe.pid
