@@ -38,12 +38,13 @@ from harness.env import env_info
 from harness.hashing import harness_digest
 from harness.result import GateResult, StageResult
 
-STAGES = ("static", "parity", "bench", "profile")
+STAGES = ("static", "parity", "twin", "bench", "profile")
 
 
 def default_stages(gpu: str) -> tuple[str, ...]:
-    """Stages run when ``--stages`` is not given: all on a GPU, all but the (costly, advisory) profile on the CPU."""
-    return STAGES if gpu != "cpu" else tuple(s for s in STAGES if s != "profile")
+    """Stages run when ``--stages`` is not given: all on a GPU, all but the twin pass and the (costly, advisory) profile
+    on the CPU (the CPU reference always runs in float32, so the twin would judge nothing parity did not)."""
+    return STAGES if gpu != "cpu" else tuple(s for s in STAGES if s not in ("twin", "profile"))
 
 
 class UsageError(ValueError):
@@ -72,6 +73,8 @@ class GateArgs:
     limits: object | None = None  # harness.worker.WorkerLimits; None: WorkerLimits.for_scale(scale) x timeout_scale
     profile_batch: int = 1
     profile_timeout: float | None = None  # seconds for the whole profile stage; None: load limit + one call limit
+    twin_periods: int = 1  # layer periods of the twin stage's shallow twin
+    twin_always: bool = False  # run the twin stage even where the parity reference is already float32
 
     @property
     def device(self) -> str:
@@ -85,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, type=Path, help="checkpoint folder the engine loads")
     p.add_argument("--baseline", type=Path, default=None, help="last accepted engine folder, benchmarked A/B")
     p.add_argument("--gpu", required=True, help="GPU profile; must be the device present (cpu runs everything on the CPU)")
-    p.add_argument("--stages", default=None, help="comma list, a subset of static,parity,bench,profile (run in that order; "
-                   "default: all on a GPU, all but profile on the CPU)")
+    p.add_argument("--stages", default=None, help="comma list, a subset of static,parity,twin,bench,profile (run in that order; "
+                   "default: all on a GPU, all but twin and profile on the CPU)")
     p.add_argument("--seed", type=int, default=None, help="seed of parity inputs and bench prompts (default: fresh, recorded)")
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
@@ -98,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--isolation", choices=("namespace", "process"), default=None, help="worker isolation (default: the strongest that works here)")
     p.add_argument("--profile-batch", type=int, default=1, help="sequences B of the profile stage's decode step")
     p.add_argument("--profile-timeout", type=float, default=None, help="seconds for the whole profile stage (default: load + one call limit)")
+    p.add_argument("--twin-periods", type=int, default=1, help="layer periods of the twin stage's shallow twin (docs/PARITY.md, 'A float32 twin pass')")
+    p.add_argument("--twin-always", action="store_true", help="run the twin stage even where parity's reference is already float32 (tests, CPU)")
     p.add_argument("--json", dest="json_out", required=True, type=Path, help="where the gate JSON goes")
     return p
 
@@ -140,11 +145,14 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
         raise UsageError(f"--timeout-scale must be positive, got {a.timeout_scale}")
     if a.profile_batch < 1 or (a.profile_timeout is not None and not a.profile_timeout > 0):
         raise UsageError(f"--profile-batch must be at least 1 and --profile-timeout positive, got {a.profile_batch}, {a.profile_timeout}")
+    if a.twin_periods < 1:
+        raise UsageError(f"--twin-periods must be at least 1, got {a.twin_periods}")
     seed = a.seed if a.seed is not None else secrets.randbelow(2**31)
     scale = a.scale or ("cpu" if a.gpu == "cpu" else "full")
     return GateArgs(a.engine.resolve(), a.checkpoint.resolve(), a.baseline.resolve() if a.baseline else None, a.gpu,
                     stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps, a.prompt_nonce,
-                    a.timeout_scale, a.isolation, profile_batch=a.profile_batch, profile_timeout=a.profile_timeout)
+                    a.timeout_scale, a.isolation, profile_batch=a.profile_batch, profile_timeout=a.profile_timeout,
+                    twin_periods=a.twin_periods, twin_always=a.twin_always)
 
 
 def _json_safe(x):
@@ -291,7 +299,7 @@ def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limit
         seconds = time.perf_counter() - t0
         result.timings.setdefault("worker_start_s", {})[name] = [s for _, s in STARTS]
         STARTS.clear()
-        if out.block is not None and name in ADVISORY:  # not a GateResult field: a top-level key through meta
+        if out.block is not None and (name in ADVISORY or name == "twin"):  # not a GateResult field: a top-level key
             result.meta[name] = out.block
         elif out.block is not None:
             setattr(result, name, out.block)
@@ -300,14 +308,14 @@ def _run_stages(args: GateArgs, result: GateResult, integrity: _Integrity, limit
             out = StageOutcome("tampered", "the judge's files or the checkpoint changed during the stage: "
                                + "; ".join(changed[:8]) + "; engines may write only their own private work folder",
                                {"changes": changed})
-            block = result.meta.get(name) if name in ADVISORY else getattr(result, name, None)
+            block = result.meta.get(name) if name in ADVISORY or name == "twin" else getattr(result, name, None)
             if isinstance(block, dict):
                 block.update({"ok": False, "tampered": changed})
         elif name in ADVISORY and out.verdict != "pass":  # recorded, never a red gate
             result.meta[name] = {"ok": False, "verdict": out.verdict, "error": out.error, "seconds": round(seconds, 3),
                                  "detail": out.detail, "phases": {}}
             continue
-        if name in ("parity", "bench", "profile"):
+        if name in ("parity", "twin", "bench", "profile"):
             result.nonces[name] = nonce
         result.stages.append(StageResult(name, out.verdict == "pass", out.verdict, seconds, out.error, out.detail))
         if out.verdict != "pass":

@@ -122,6 +122,11 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
                      engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=ctx.capacity, **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
+    return _parity_outcome(res)
+
+
+def _parity_outcome(res) -> StageOutcome:
+    """A ``harness.parity.ParityResult`` as a stage outcome: the failed checks first, then the worst prompt and layer."""
     data = res.to_json()
     error = None
     if not res.ok:
@@ -132,6 +137,35 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     detail = {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds"),
               "max_hidden_rel_err": data.get("max_hidden_rel_err")}
     return StageOutcome("pass" if res.ok else (res.verdict if res.verdict != "pass" else "fail"), error, detail, data)
+
+
+def stage_twin(ctx: StageContext) -> StageOutcome:
+    """The candidate's edits on its shallow twin, against a float32 reference (``harness.twin``; docs/PARITY.md,
+    "A float32 twin pass"). Runs only where the parity stage's reference is bf16 (the model does not fit in float32);
+    elsewhere parity already judged against float32 and the stage passes, saying so in its detail.
+    """
+    import shutil
+
+    from harness.parity import run_parity
+    from harness.reference_cache import default_reference_dtype
+    from harness.twin import TwinCarryError, make_twin, twin_prompt_lengths
+
+    a = ctx.args
+    if not a.twin_always and default_reference_dtype(a.device, a.checkpoint) == "float32":
+        return StageOutcome("pass", None, {"skipped": "the parity stage's reference already runs in float32"})
+    try:
+        work, eng, ck = make_twin(a.engine, a.checkpoint, a.twin_periods)
+    except TwinCarryError as err:
+        return StageOutcome("fail", str(err), {})
+    try:
+        res = run_parity(eng, ck, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
+                         isolation=ctx.isolation, reference_dtype="float32",
+                         lengths=twin_prompt_lengths(parity_lengths(a), a.device), steps=a.parity_steps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = _parity_outcome(res)
+    return StageOutcome(out.verdict, out.error and f"twin ({a.twin_periods} period(s), float32 reference): {out.error}",
+                        {**out.detail, "periods": a.twin_periods}, out.block)
 
 
 def stage_bench(ctx: StageContext) -> StageOutcome:
@@ -174,7 +208,7 @@ def stage_profile(ctx: StageContext) -> StageOutcome:
 
 
 STAGE_RUNNERS: dict[str, Callable[[StageContext], StageOutcome]] = {
-    "static": stage_static, "parity": stage_parity, "bench": stage_bench, "profile": stage_profile,
+    "static": stage_static, "parity": stage_parity, "twin": stage_twin, "bench": stage_bench, "profile": stage_profile,
 }
 #: stages whose failure is recorded (under their own JSON key) but never turns the gate red
 ADVISORY = frozenset({"profile"})

@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 #: what each kind holds: build exports of the best engine, step and agent-tool exports of HEAD, gate output of
-#: agent tools, serve/generate exports and renders, report copies, the judge's bytecode folder
-KINDS = ("best", "head", "baseline", "gate", "serve", "generate", "report", "judge-pycache")
+#: agent tools, serve/generate exports and renders, report copies, the judge's bytecode folder, the gate's shallow twin
+KINDS = ("best", "head", "baseline", "gate", "serve", "generate", "report", "judge-pycache", "twin")
 
 
 def clone_tag(root: Path | None) -> str:

@@ -37,7 +37,7 @@ def test_usage_errors_exit_2(rendered, tiny_checkpoint, tmp_path, capsys):
     ck = str(tiny_checkpoint("bf16"))
     base = ["--engine", str(rendered), "--checkpoint", ck, "--json", str(tmp_path / "g.json")]
     assert main(base + ["--gpu", "cpu", "--stages", "static,speed"]) == 2
-    assert "choose from static,parity,bench" in capsys.readouterr().err
+    assert "choose from static,parity,twin,bench,profile" in capsys.readouterr().err
     assert main(["--engine", str(tmp_path / "nope"), "--checkpoint", ck, "--gpu", "cpu", "--json", str(tmp_path / "g.json")]) == 2
     assert main(base + ["--gpu", "cpu", "--workloads", "ttft,fast"]) == 2
     assert main(base + ["--gpu", "cpu", "--rounds", "0"]) == 2

@@ -26,6 +26,10 @@ def mutants(
     mutant_lengths: str = typer.Option(None, "--mutant-lengths", help="a shorter length set for the mutants only (the "
                                        "unmutated engine runs --lengths), e.g. 65,2049,3000-4000 on a time budget"),
     mutant_steps: int = typer.Option(None, "--mutant-steps", help="decode steps for the mutants only"),
+    twin_periods: int = typer.Option(None, "--twin-periods", help="then judge the unmutated engine and every survivor "
+                                     "on the shallow twin of N layer periods against float32, as the gate's twin stage "
+                                     "does (default: 1 where the gate runs that stage, a GPU whose reference is bf16; "
+                                     "0: off)"),
     json_out: Path = typer.Option(None, "--json", help="write the table as JSON here"),
 ) -> None:
     """Apply each single-op mutant to a fresh copy of the engine, run parity on it, print a table and the mutation
@@ -52,11 +56,17 @@ def mutants(
 
             typer.echo(f"writing a synthetic {model} {quant} checkpoint (seed 1234)")
             checkpoint = write_checkpoint(get_model(model), get_quant(quant), Path(tmp) / "checkpoint", 1234, progress=False)
+        if twin_periods is None:
+            from metainfer.mutants.twin_pass import auto_periods
+
+            twin_periods = auto_periods(device, Path(checkpoint))
         typer.echo(f"engine {engine}, checkpoint {checkpoint}, device {device}, lengths {lens}, {n_steps} decode steps, "
-                   f"{len(chosen)} mutants" + (f" (mutants: lengths {m_lens}, {mutant_steps or n_steps} steps)" if m_lens else ""))
+                   f"{len(chosen)} mutants" + (f" (mutants: lengths {m_lens}, {mutant_steps or n_steps} steps)" if m_lens else "")
+                   + (f"; then the survivors on the {twin_periods}-period twin (float32)" if twin_periods else ""))
         line = lambda o: typer.echo(f"  {o.name:26s} {o.verdict:9s} {o.seconds:6.1f} s  {o.figure}")  # noqa: E731
         suite = run_suite(Path(engine), Path(checkpoint), chosen, quant=quant, device=device, seed=seed,
-                          lengths=lens, steps=n_steps, progress=line, mutant_lengths=m_lens, mutant_steps=mutant_steps)
+                          lengths=lens, steps=n_steps, progress=line, mutant_lengths=m_lens, mutant_steps=mutant_steps,
+                          twin_periods=twin_periods)
     typer.echo(format_table(suite))
     if json_out:
         json_out.write_text(json.dumps(suite.to_json(), indent=2) + "\n")

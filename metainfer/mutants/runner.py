@@ -139,21 +139,22 @@ class ParityJudge:
     """Runs ``harness.parity.run_parity`` for several engines on one checkpoint with the same prompts,
     sharing one reference when ``run_parity`` accepts ``reference=`` (``harness.reference_cache``)."""
 
-    def __init__(self, checkpoint: Path, *, device: str, seed: int, lengths: tuple[int, ...], steps: int) -> None:
+    def __init__(self, checkpoint: Path, *, device: str, seed: int, lengths: tuple[int, ...], steps: int,
+                 reference_dtype: str | None = None) -> None:
         from harness import parity
         from harness.worker import WorkerLimits
 
         self.run_parity = parity.run_parity
         # the gate's limits for the same scale: a full-size bf16 reference takes minutes to load on the GPU
         limits = WorkerLimits.for_scale("cpu" if str(device) == "cpu" else "full")
-        self.kwargs = dict(seed=seed, device=device, lengths=lengths, steps=steps, limits=limits)
+        self.kwargs = dict(seed=seed, device=device, lengths=lengths, steps=steps, limits=limits, reference_dtype=reference_dtype)
         self.checkpoint = checkpoint
         self.cache = None
         if "reference" in inspect.signature(parity.run_parity).parameters:
             from harness.reference_cache import ReferenceCache
 
             # a fixed nonce: every run of the suite with one --seed judges the same prompts (reproducible tables)
-            self.cache = ReferenceCache(checkpoint, device=device, nonce=seed, limits=limits)
+            self.cache = ReferenceCache(checkpoint, device=device, dtype=reference_dtype, nonce=seed, limits=limits)
             self.kwargs["reference"] = self.cache
 
     def __call__(self, engine_dir: Path, lengths: tuple[int, ...] | None = None, steps: int | None = None):
@@ -175,7 +176,7 @@ class ParityJudge:
 def run_suite(
     engine_dir: Path, checkpoint: Path, mutants: tuple[Mutant, ...], *, quant: str, device: str = "cpu",
     seed: int = 1, lengths: tuple[int, ...], steps: int, progress=None,
-    mutant_lengths: tuple[int, ...] | None = None, mutant_steps: int | None = None,
+    mutant_lengths: tuple[int, ...] | None = None, mutant_steps: int | None = None, twin_periods: int = 0,
 ) -> SuiteResult:
     """Judge the unmutated engine, then every mutant, each from its own copy of ``engine_dir``.
 
@@ -188,6 +189,8 @@ def run_suite(
             ``lengths`` / ``steps``): a killed mutant stays killed under more prompts, so a short set
             only risks calling a mutant survived that the full set would kill (full-size runs on a
             time budget).
+        twin_periods: > 0: then judge the unmutated engine and every survivor on the shallow twin of that many
+            layer periods against float32, as the gate's twin stage does (``metainfer.mutants.twin_pass``).
     Raises:
         harness.parity.EngineDirError, CheckpointError: the engine or checkpoint is unusable.
     """
@@ -224,9 +227,14 @@ def run_suite(
                         shutil.rmtree(copy.parent, ignore_errors=True)
                 suite.outcomes.append(out)
                 note(out)
-            return suite
     finally:
         judge.close()
+    if twin_periods > 0:
+        from metainfer.mutants.twin_pass import twin_pass
+
+        twin_pass(suite, Path(engine_dir), Path(checkpoint), mutants, periods=twin_periods, device=device, seed=seed,
+                  lengths=lengths, steps=steps, mutant_lengths=m_lengths, progress=progress)
+    return suite
 
 
 def format_table(suite: SuiteResult) -> str:

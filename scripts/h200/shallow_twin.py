@@ -18,31 +18,14 @@ Prints the folder it wrote (its name is the model's name in metainfer: ``<model>
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from metainfer.errors import MetainferError  # noqa: E402
 from metainfer.targets.models import get_model  # noqa: E402
-
-
-def shallow_config(config: dict, periods: int) -> dict:
-    """``config`` (a registered model's whole HF config) cut to its first ``periods`` layer periods.
-
-    Raises:
-        ValueError: ``periods`` < 1, or more periods than the model has.
-    """
-    text = config.get("text_config") or config
-    interval = int(text.get("full_attention_interval", 4))
-    layers = periods * interval
-    if periods < 1 or layers > text["num_hidden_layers"]:
-        raise ValueError(f"--periods {periods}: the model has {text['num_hidden_layers'] // interval} periods of {interval} layers")
-    out = json.loads(json.dumps(config))
-    t = out.get("text_config") or out
-    t["num_hidden_layers"] = layers
-    t["layer_types"] = list(text["layer_types"][:layers])
-    return out
+from metainfer.targets.shallow import write_shallow_model  # noqa: E402
 
 
 def main() -> None:
@@ -51,14 +34,10 @@ def main() -> None:
     ap.add_argument("--periods", type=int, default=1, help="layer periods to keep (4 layers each for Qwen3.5/3.6)")
     ap.add_argument("--out", type=Path, required=True, help="folder to write <model>-shallow<periods>/config.json into")
     args = ap.parse_args()
-    spec = get_model(args.model)
     try:
-        config = shallow_config(spec.config, args.periods)
-    except ValueError as err:
+        folder = write_shallow_model(args.model, args.periods, args.out)
+    except MetainferError as err:
         ap.error(str(err))
-    folder = args.out / f"{spec.name}-shallow{args.periods}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     twin = get_model(str(folder))
     counts = twin.param_count()
     print(f"{folder}  ({twin.name}: {len(twin.layer_types)} layers, {counts['total'] / 1e9:.2f} B parameters, "
