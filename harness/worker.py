@@ -117,16 +117,28 @@ _SESSION: dict[str, Path] = {}
 STARTS: list[tuple[str, float]] = []
 
 
+def session_dir_of(pid: int) -> Path:
+    """The worker-copy folder of the judge process ``pid`` (``<tmp>/metainfer-workers-<pid>``)."""
+    return Path(tempfile.gettempdir()) / f"metainfer-workers-{pid}"
+
+
+def stale_session_dirs() -> list[Path]:
+    """Worker-copy folders of judges that are gone (killed before their exit handler ran)."""
+    out = []
+    for old in Path(tempfile.gettempdir()).glob("metainfer-workers-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            out.append(old)
+    return sorted(out)
+
+
 def session_dir() -> Path:
     """This judge process's folder for worker copies (``<tmp>/metainfer-workers-<pid>``), made on first use and
     removed at exit; folders left by judges that were killed (their pid gone) are removed on the way."""
     if "dir" not in _SESSION:
-        tmp = Path(tempfile.gettempdir())
-        for old in tmp.glob("metainfer-workers-*"):
-            pid = old.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(old, ignore_errors=True)
-        d = tmp / f"metainfer-workers-{os.getpid()}"
+        for old in stale_session_dirs():
+            shutil.rmtree(old, ignore_errors=True)
+        d = session_dir_of(os.getpid())
         d.mkdir(mode=0o700, exist_ok=True)
         import atexit
 

@@ -169,7 +169,8 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
             flight = json.loads(f.read_text()).get("in_flight") or {} if f else {}
         except ValueError:
             return False
-        return bool(flight.get("gate_pid")) and any(exports.glob("metainfer-best-*"))
+        # the gate's workers have their engine copies: the folder a killed gate cannot remove itself
+        return bool(flight.get("gate_pid")) and any(exports.glob("metainfer-best-*")) and any(exports.glob("metainfer-workers-*/*"))
 
     _interrupt_when(proc, gate_running)
     _, err = proc.communicate(timeout=120)
@@ -178,7 +179,7 @@ def test_ctrl_c_during_a_gate_kills_it_and_removes_the_temporary_export(tmp_path
     st = json.loads((run / "run.json").read_text())
     gate_pid = st["in_flight"]["gate_pid"]
     assert st["status"] == "interrupted" and f"metainfer build --resume {run.name} --runs-dir {runs}" in st["stop_reason"]
-    assert not any(exports.glob("metainfer-*")), list(exports.iterdir())  # the export and the judge's bytecode folder
+    assert not any(exports.glob("metainfer-*")), list(exports.iterdir())  # the export, bytecode and worker folders
     stat = Path(f"/proc/{gate_pid}/stat")
 
     def gone() -> bool:
@@ -243,12 +244,17 @@ def test_clean_lists_then_removes_what_metainfer_made(tmp_path):
         os.utime(d, (time.time() - 7200, time.time() - 7200))
     keep = tmp / "unrelated"
     keep.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_gate, live_gate = tmp / f"metainfer-workers-{gone.stdout.strip()}", tmp / f"metainfer-workers-{os.getpid()}"
+    for d in (dead_gate, live_gate):
+        (d / "engine").mkdir(parents=True)
     p = _cli("clean", "--dry-run", cwd=repo, env=env)
+    assert f"would remove dead gate's copies {dead_gate}" in p.stdout and str(live_gate) not in p.stdout, p.stdout
     assert p.returncode == 0 and f"would remove checkpoint" in p.stdout and str(stale) in p.stdout, p.stdout
     assert "made in the last hour" in p.stdout and ck.exists() and stale.exists() and str(other) not in p.stdout
     p = _cli("clean", cwd=repo, env=env)
     assert p.returncode == 0 and not ck.exists() and not stale.exists() and fresh.exists() and keep.exists(), p.stdout
-    assert other.exists() and not report.exists()
+    assert other.exists() and not report.exists() and not dead_gate.exists() and live_gate.exists()
     assert (repo / "metainfer").is_dir() and "freed" in p.stdout
 
 

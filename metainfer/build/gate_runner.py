@@ -218,12 +218,16 @@ def run_gate(req: GateRequest, cwd: Path, json_out: Path, log_path: Path,
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the gate's process group (the gate and anything it started) and reap it."""
+    """SIGKILL the gate's process group (the gate and anything it started), reap it, and remove the worker copies
+    the killed gate could not remove itself (``harness.worker.session_dir``)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    from harness.worker import session_dir_of
+
+    shutil.rmtree(session_dir_of(proc.pid), ignore_errors=True)
 
 
 _POLL_S = 0.5

@@ -76,6 +76,11 @@ def collect(root: Path, force: bool) -> list[Item]:
         elif now - p.stat().st_mtime < MIN_AGE_S and not report_copy:
             item.kept = "made in the last hour (a run may still be about to use it)"
         items.append(item)
+    from harness.worker import stale_session_dirs
+
+    # a gate killed before its exit handler ran leaves its workers' engine copies; its pid is gone, so nothing uses
+    # them (each gate also removes these when it starts)
+    items += [Item("dead gate's copies", p, _size(p)) for p in stale_session_dirs()]
     return items
 
 
@@ -84,8 +89,9 @@ def clean(
     force: bool = typer.Option(False, "--force", help="also remove worktrees with uncommitted changes"),
 ) -> None:
     """Remove cached synthetic checkpoints (.metainfer/checkpoints), target worktrees (.metainfer/worktrees; their
-    branches stay) and this clone's leftover temporary exports ($TMPDIR/metainfer-<kind>-<clone tag>-*). Run
-    records are kept."""
+    branches stay), this clone's leftover temporary exports ($TMPDIR/metainfer-<kind>-<clone tag>-*) and the
+    worker copies of gates that were killed ($TMPDIR/metainfer-workers-<pid of a gone process>). Run records are
+    kept."""
     from metainfer.build.config import find_repo_root
 
     root = find_repo_root()
