@@ -219,7 +219,12 @@ def test_time_limit_stops_at_an_iteration_boundary(given_baseline, tmp_path):
     st = _state(runs, run_id)
     assert st["status"] == "stopped" and st["stop_reason"].startswith("time limit of 0.001 min reached")
     assert st["next_iteration"] == 1 and not (runs / run_id / "iter-001").exists()
+    assert f"continue with: metainfer build --resume {run_id} --runs-dir {runs} --time-limit" in st["stop_reason"]
     assert "stopped" in (runs / run_id / "summary.md").read_text()
+    # the same resume without a larger limit would stop again at once: refused, naming the flag, nothing changed
+    again = metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), check=False)
+    assert again.returncode != 0 and "has used its time limit of 0.001 min" in again.stderr and "--time-limit" in again.stderr
+    assert _state(runs, run_id)["status"] == "stopped"
 
 
 def test_resume_after_sigkill_mid_gate_redoes_the_iteration(given_baseline, tmp_path):

@@ -52,6 +52,8 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         while st["next_iteration"] <= st["iterations"]:
             reason = budget_stop(s)
             if reason:
+                flag = "--time-limit" if reason.startswith("time limit") else "--budget-usd"
+                reason += f"; continue with: {st.get('resume_command') or f'metainfer build --resume {s.record.run_id}'} {flag} <a larger total>"
                 st["status"], st["stop_reason"] = "stopped", reason
                 s.progress.line(None, f"stopping: {reason}")
                 break
