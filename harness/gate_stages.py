@@ -132,7 +132,7 @@ def _parity_outcome(res) -> StageOutcome:
     if not res.ok:
         failures = list(res.update_failures)
         failures += [f"{p['name']}: {'; '.join(p.get('failures') or [])}" for p in data.get("prompts", []) if not p.get("ok")]
-        worst = f"worst prompt {data['worst_prompt']}" + (f", worst layer {data['worst_layer']}" if data.get("worst_layer") else "")
+        worst = f"worst prompt {data['worst_prompt']}" + (f", first layer over tolerance {data['worst_layer']}" if data.get("worst_layer") else "")
         error = res.error or ((" | ".join(failures[:3]) or "a check failed") + f" ({worst})")
     detail = {"max_rel_err": data.get("max_rel_err"), "tolerance": data.get("tolerance"), "seconds": data.get("seconds"),
               "max_hidden_rel_err": data.get("max_hidden_rel_err")}

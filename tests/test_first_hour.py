@@ -324,3 +324,12 @@ def test_report_of_a_committed_run_leaves_its_files_unchanged(tmp_path):
     assert status.stdout == "" and (rec.path / "summary.html").read_text() == "<html>as committed</html>"
     r = _cli("report", str(rec.path), "--in-place", cwd=repo, env=env)
     assert r.returncode == 0 and "<table" in (rec.path / "summary.html").read_text()
+
+
+def test_generate_names_a_checkpoint_the_engine_was_not_rendered_for(tmp_path, tiny_checkpoint):
+    """An engine rendered for the full-size model refuses the tiny checkpoint in one line, not a traceback."""
+    assert _cli("render", "--model", "qwen3.6-35b-a3b", "--quant", "nvfp4", "--gpu", "cpu", "--out", str(tmp_path / "g")).returncode == 0
+    eng = tmp_path / "g" / "qwen3.6-35b-a3b-nvfp4-cpu"
+    p = _cli("generate", "--engine", str(eng), "--checkpoint", str(tiny_checkpoint("nvfp4")), "--ids", "1,2,3")
+    assert p.returncode == 2 and "cannot load" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) <= 3, p.stderr

@@ -181,11 +181,12 @@ class OfflineAgent:
         data = json.loads(path.read_text())
         data["values"].update(changes)
         path.write_text(json.dumps(data, indent=2) + "\n")
-        what = ", ".join(f"{k} {old[k]}→{v}" for k, v in changes.items())
+        # None in tunables.json: unset, the launcher's own default
+        what = ", ".join(f"{k} {'default' if old[k] is None else old[k]}→{v}" for k, v in changes.items())
         transcript = [{"changes": {k: {"from": old[k], "to": v} for k, v in changes.items()}, "why": why,
                        "tried_configs": len(state.tried), "rejected_in_earlier_runs": len(earlier), "lost_values": {f"{k}={v}": n for (k, v), n in state.losses.items()},
                        "won_direction": state.won_direction}]
-        return Proposal(summary=f"tunables: {what} ({why})", expected_gain="unknown: the gate measures it",
+        return Proposal(summary=f"tunables: {what} ({why})", expected_gain="not predicted (the gate measures it)",
                         transcript=transcript)
 
     @staticmethod

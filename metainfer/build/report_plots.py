@@ -141,13 +141,18 @@ def layers_plot(it: IterationView, path: Path) -> Path | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    for name, errs in it.layer_errors[:8]:
+    def peak(row) -> float:  # a prompt's largest finite error (NaN counts as the largest: it must show)
+        return max((float("inf") if e is not None and not math.isfinite(e) else (e or 0.0)) for e in row[1]) if row[1] else 0.0
+
+    shown = sorted(it.layer_errors, key=peak, reverse=True)[:8]  # a legend of 8 stays readable: the 8 worst prompts
+    for name, errs in shown:
         ys = [e if e is not None and math.isfinite(e) and e > 0 else float("nan") for e in errs]
         ax.plot(range(len(ys)), ys, marker=".", lw=1, label=name)
     ax.set_yscale("log")
-    ax.set_xlabel("layer (0 = embeddings)")
+    ax.set_xlabel("hidden state after layer i (0 = embeddings)")
     ax.set_ylabel("relative error vs HF")
-    ax.set_title("per-layer parity error", fontsize=9)
+    n = len(it.layer_errors)
+    ax.set_title("per-layer parity error" + (f", the {len(shown)} worst of {n} prompts" if n > len(shown) else ""), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)

@@ -111,7 +111,10 @@ def generate(
     cpu_threads(dev)  # the timings it prints: one intra-op thread on the CPU, as the gate measures
     t0 = time.perf_counter()
     mod = import_engine(eng_dir)
-    e = mod.load(str(ck), device=dev, max_batch=max(4, len(prompts)), max_seq_len=max(len(p) for p in prompts) + max_tokens + 8)
+    try:
+        e = mod.load(str(ck), device=dev, max_batch=max(4, len(prompts)), max_seq_len=max(len(p) for p in prompts) + max_tokens + 8)
+    except ValueError as err:  # the engine contract's error for a checkpoint it cannot load (docs/CONTRACTS.md)
+        raise GenerateError(f"the engine {eng_dir} cannot load {ck}: {err}") from None
     load_s = time.perf_counter() - t0
 
     def timed(n: int) -> tuple[list[list[int]], float]:

@@ -12,7 +12,7 @@ def serve(
     quant: str = typer.Option(..., "--quant", help="weight format: bf16 or nvfp4"),
     gpu: str = typer.Option(..., "--gpu", help="GPU profile (cpu, h100, h200, b200); must be the device present"),
     checkpoint: Path = typer.Option(..., "--checkpoint", help="checkpoint folder (weights, config, tokenizer files)"),
-    engine: Path = typer.Option(None, "--engine", help="engine folder (default generated/<target>, else the template rendered for it)"),
+    engine: Path = typer.Option(None, "--engine", help="engine folder (default: the head of branch metainfer/<target> when built, else generated/<target>, else the template rendered for it)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
     port: int = typer.Option(8000, "--port", help="port to listen on"),
     api_key: str = typer.Option(None, "--api-key", envvar="METAINFER_API_KEY", help="require 'Authorization: Bearer KEY' on /v1/*"),
