@@ -64,11 +64,12 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(root: str | Path, memo: dict[str, str] | None = None) -> tuple[FileMark, ...]:
+def fingerprint(root: str | Path, memo: dict[str, str] | None = None, *, disk_cache: bool = True) -> tuple[FileMark, ...]:
     """The fingerprint of every regular file under ``root`` (symlinks are followed and marked by their target).
 
     ``memo``: an in-process cache of ``stat key -> sha256`` shared between calls (the on-disk cache
-    is read and updated too).
+    is read and updated too, unless ``disk_cache`` is False: for a temporary folder, whose entries would only
+    pile up there).
 
     Raises:
         FileNotFoundError: ``root`` is not a folder.
@@ -76,7 +77,7 @@ def fingerprint(root: str | Path, memo: dict[str, str] | None = None) -> tuple[F
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"cannot fingerprint {root}: not a folder")
-    disk = _load_cache()
+    disk = _load_cache() if disk_cache else {}
     memo = {} if memo is None else memo
     marks, dirty = [], False
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -88,7 +89,7 @@ def fingerprint(root: str | Path, memo: dict[str, str] | None = None) -> tuple[F
             disk[key], dirty = digest, True
         memo[key] = digest
         marks.append(FileMark(path.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest))
-    if dirty:
+    if dirty and disk_cache:
         _save_cache(disk)
     return tuple(marks)
 

@@ -140,29 +140,38 @@ def _parity_outcome(res) -> StageOutcome:
 
 
 def stage_twin(ctx: StageContext) -> StageOutcome:
-    """The candidate's edits on its shallow twin, against a float32 reference (``harness.twin``; docs/PARITY.md,
-    "A float32 twin pass"). Runs only where the parity stage's reference is bf16 (the model does not fit in float32);
-    elsewhere parity already judged against float32 and the stage passes, saying so in its detail.
+    """The candidate's twin (``--twin-engine``: its edits on a render of the first layer periods, made by
+    ``metainfer.twin``) on the checkpoint cut to the same layers, against a float32 reference (docs/PARITY.md, "A
+    float32 twin pass"). The twin must hold the candidate's code byte for byte outside ``harness.twin.DEPTH_FILES``.
     """
     import shutil
+    import tempfile
 
+    from harness.fingerprint import differences, fingerprint
     from harness.parity import run_parity
-    from harness.reference_cache import default_reference_dtype
-    from harness.twin import TwinCarryError, make_twin, twin_prompt_lengths
+    from harness.twin import code_differences, truncate_checkpoint, twin_prompt_lengths
 
     a = ctx.args
-    if not a.twin_always and default_reference_dtype(a.device, a.checkpoint) == "float32":
-        return StageOutcome("pass", None, {"skipped": "the parity stage's reference already runs in float32"})
+    if a.twin_engine is None:
+        return StageOutcome("fail", "the twin stage needs --twin-engine DIR, the candidate's twin (metainfer.twin.make_twin)", {})
+    diff = code_differences(a.engine, a.twin_engine)
+    if diff:
+        return StageOutcome("fail", "the twin engine does not run the candidate's code: " + "; ".join(diff[:8]), {"changes": diff})
+    work = Path(tempfile.mkdtemp(prefix="metainfer-twin-checkpoint-"))
     try:
-        work, eng, ck = make_twin(a.engine, a.checkpoint, a.twin_periods)
-    except TwinCarryError as err:
-        return StageOutcome("fail", str(err), {})
-    try:
-        res = run_parity(eng, ck, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
+        ck = truncate_checkpoint(a.checkpoint, a.twin_periods, work / "checkpoint")
+        # the gate's integrity check covers the real checkpoint only: the twin's is fingerprinted here
+        memo: dict[str, str] = {}
+        before = fingerprint(ck, memo, disk_cache=False)
+        res = run_parity(a.twin_engine, ck, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                          isolation=ctx.isolation, reference_dtype="float32",
                          lengths=twin_prompt_lengths(parity_lengths(a), a.device), steps=a.parity_steps)
+        changed = differences(before, fingerprint(ck, memo, disk_cache=False))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if changed:
+        return StageOutcome("tampered", "the twin's checkpoint changed during the stage: " + "; ".join(changed[:8]),
+                            {"changes": changed, "periods": a.twin_periods})
     out = _parity_outcome(res)
     return StageOutcome(out.verdict, out.error and f"twin ({a.twin_periods} period(s), float32 reference): {out.error}",
                         {**out.detail, "periods": a.twin_periods}, out.block)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from harness.twin import TwinCarryError, truncate_checkpoint, twin_engine
+from harness.twin import truncate_checkpoint
+from metainfer.twin import TwinCarryError, twin_engine
 from metainfer.mutants.catalogue import by_name
 from metainfer.mutants.runner import apply_mutant
 from metainfer.render import render_engine
@@ -75,9 +76,10 @@ def test_truncated_checkpoint_keeps_the_first_layers_exactly(tiny_ckpt_nvfp4: Pa
 
 def _gate(engine: Path, ckpt: Path, out: Path) -> tuple[int, dict]:
     js = out / "gate.json"
+    twin = twin_engine(engine, 1, out / "twin")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-m", "harness.gate", "--engine", str(engine), "--checkpoint", str(ckpt),
-                          "--gpu", "cpu", "--stages", "twin", "--twin-always", "--parity-lengths", "3,65,300",
+                          "--gpu", "cpu", "--stages", "twin", "--twin-engine", str(twin), "--parity-lengths", "3,65,300",
                           "--parity-steps", "4", "--seed", "5", "--isolation", "process", "--json", str(js)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert js.is_file(), res.stderr[-2000:]
@@ -111,3 +113,15 @@ def test_mutation_suite_twin_pass_judges_survivors_on_the_twin(tiny_ckpt_nvfp4: 
     row = suite.outcomes[0]
     assert row.verdict == "killed" and row.figure.startswith("twin: "), row
     assert suite.ok
+
+
+def test_twin_stage_refuses_a_twin_that_does_not_run_the_candidates_code(candidate: Path, tiny_ckpt_nvfp4: Path,
+                                                                          tmp_path: Path) -> None:
+    twin = twin_engine(candidate, 1, tmp_path / "t")
+    (twin / "engine" / "model.py").write_text((twin / "engine" / "model.py").read_text() + "\n# not the candidate's\n")
+    js = tmp_path / "gate.json"
+    res = subprocess.run([sys.executable, "-m", "harness.gate", "--engine", str(candidate), "--checkpoint", str(tiny_ckpt_nvfp4),
+                          "--gpu", "cpu", "--stages", "twin", "--twin-engine", str(twin), "--json", str(js)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    stage = json.loads(js.read_text())["stages"][0]
+    assert res.returncode == 1 and "changed engine/model.py" in stage["error"], stage

@@ -193,7 +193,7 @@ def make_plan(config: BuildConfig) -> BuildPlan:
             dirty = dirty_worktree_message(worktree, config.runs_path(), target.name)
     return BuildPlan(target=target.name, checkpoint=ckpt, checkpoint_action=action, checkpoint_bytes=size,
                      engine_action=engine, branch=target.branch, worktree=worktree,
-                     gates=iterations + 1, stages=("static", "parity", "bench") if kind == "cpu" else ("static", "parity", "twin", "bench", "profile"),
+                     gates=iterations + 1, stages=("static", "parity", "bench") + (() if kind == "cpu" else ("profile",)),
                      workloads=tuple(config.gate_workloads or ("ttft", "decode-bs1", "conc32")),
                      rounds=config.gate_rounds or 5, scale=scale, gate_s=gate_s, gate_source=source, write_s=write_s,
                      agent=config.agent or default_agent_name(), runs_dir=config.runs_path(), dirty_worktree=dirty)

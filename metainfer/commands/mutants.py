@@ -28,7 +28,7 @@ def mutants(
     mutant_steps: int = typer.Option(None, "--mutant-steps", help="decode steps for the mutants only"),
     twin_periods: int = typer.Option(None, "--twin-periods", help="then judge the unmutated engine and every survivor "
                                      "on the shallow twin of N layer periods against float32, as the gate's twin stage "
-                                     "does (default: 1 where the gate runs that stage, a GPU whose reference is bf16; "
+                                     "does (default: 1 on a GPU whose parity reference is bf16; "
                                      "0: off)"),
     json_out: Path = typer.Option(None, "--json", help="write the table as JSON here"),
 ) -> None:

@@ -18,7 +18,7 @@ from metainfer.mutants.runner import MutantOutcome, ParityJudge, SuiteResult, _f
 
 
 def auto_periods(device: str, checkpoint: Path) -> int:
-    """1 where the gate runs its twin stage (a GPU whose parity reference is bf16), else 0."""
+    """1 on a GPU whose parity reference is bf16 (where the twin pass sees more than parity), else 0."""
     from harness.reference_cache import default_reference_dtype
 
     return 1 if str(device).startswith("cuda") and default_reference_dtype(device, checkpoint) == "bfloat16" else 0
@@ -32,7 +32,8 @@ def twin_pass(suite: SuiteResult, engine_dir: Path, checkpoint: Path, mutants: t
     A survivor the twin rejects becomes ``killed`` with a figure starting ``twin:``; an unmutated engine the twin
     rejects becomes ``FAIL``. A mutant whose edits do not carry onto the twin is killed (the gate rejects it too).
     """
-    from harness.twin import TwinCarryError, truncate_checkpoint, twin_engine, twin_prompt_lengths
+    from harness.twin import truncate_checkpoint, twin_prompt_lengths
+    from metainfer.twin import TwinCarryError, twin_engine
 
     note = progress or (lambda _o: None)
     by = {m.name: m for m in mutants}

@@ -29,7 +29,8 @@ for run in honest:$E rope:/tmp/rope/qwen3.6-35b-a3b-nvfp4-h200; do
   name=${run%%:*}; eng=${run#*:}
   case ",${RUNS:-honest,rope}," in *",$name,"*) ;; *) continue;; esac
   t0=$(date +%s)
-  timeout 560 python3 -m harness.gate --engine "$eng" --checkpoint "$CK" --gpu h200 --stages twin --seed 7 \
+  twin=$(python3 -c "import sys; from pathlib import Path; from metainfer.twin import make_twin; print(make_twin(Path(sys.argv[1]), 1)[1])" "$eng") || exit 1
+  timeout 560 python3 -m harness.gate --engine "$eng" --twin-engine "$twin" --checkpoint "$CK" --gpu h200 --stages twin --seed 7 \
     --json "$OUT/twin_$name.json" 2> "$OUT/twin_$name.log"
   echo "$name: gate rc $? in $(( $(date +%s) - t0 )) s"
   python3 -c "import json,sys; g=json.load(open(sys.argv[1])); print([(s['name'], s['verdict'], round(s['seconds'],1), s['error']) for s in g['stages']])" "$OUT/twin_$name.json"
