@@ -139,6 +139,14 @@ def _wait_ready(url: str, key: str, proc: subprocess.Popen, timeout: float) -> N
     sys.exit(f"the server at {url} was not ready after {timeout:.0f} s")
 
 
+def _write(args, levels: list[Level]) -> None:
+    """Rewrite ``<out>/serve_bench.json`` (after every level, so a call cut short keeps what was measured)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {"url": args.url, "model": args.model, "launch": args.launch, "input_len": args.input_len,
+              "output_len": args.output_len, "seed": args.seed, "levels": [asdict(lv) for lv in levels]}
+    (args.out / "serve_bench.json").write_text(json.dumps(record, indent=1))
+
+
 async def main_async(args) -> list[Level]:
     import openai
 
@@ -149,9 +157,11 @@ async def main_async(args) -> list[Level]:
         for c in [int(x) for x in args.concurrency.split(",") if x]:
             levels.append(await closed_loop(client, args, c, rng))
             print(_row(levels[-1]), flush=True)
+            _write(args, levels)
         for r in [float(x) for x in args.rates.split(",") if x]:
             levels.append(await poisson(client, args, r, rng))
             print(_row(levels[-1]), flush=True)
+            _write(args, levels)
     return levels
 
 
@@ -179,12 +189,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--launch", default="", help="start this server command first, wait for it, stop it at the end")
     ap.add_argument("--ready-timeout", type=float, default=1200)
+    ap.add_argument("--server-log", type=Path, default=None, help="the launched server's stdout+stderr go here (default: inherited)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = ap.parse_args()
     proc = None
     if args.launch:
-        proc = subprocess.Popen(shlex.split(args.launch))
-        _wait_ready(args.url, args.api_key, proc, args.ready_timeout)
+        log = None
+        if args.server_log:
+            args.server_log.parent.mkdir(parents=True, exist_ok=True)
+            log = args.server_log.open("w")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(shlex.split(args.launch), stdout=log, stderr=subprocess.STDOUT if log else None)
+        try:
+            _wait_ready(args.url, args.api_key, proc, args.ready_timeout)
+        except SystemExit:
+            if args.server_log:
+                print("".join(args.server_log.read_text(errors="replace").splitlines(keepends=True)[-40:]), file=sys.stderr)
+            proc.kill()
+            raise
+        print(f"server ready after {time.monotonic() - t0:.0f} s", flush=True)
     try:
         print(f"{args.url}  model {args.model}")
         print(HEAD)
@@ -196,10 +219,7 @@ def main() -> None:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {"url": args.url, "model": args.model, "launch": args.launch, "input_len": args.input_len,
-              "output_len": args.output_len, "seed": args.seed, "levels": [asdict(lv) for lv in levels]}
-    (args.out / "serve_bench.json").write_text(json.dumps(record, indent=1))
+    _write(args, levels)
     print(f"wrote {args.out / 'serve_bench.json'}")
 
 

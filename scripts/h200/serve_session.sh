@@ -5,11 +5,14 @@
 #   bash scripts/h200/serve_session.sh metainfer   # checkpoint (unless there), render, serve + bench
 #   bash scripts/h200/serve_session.sh vllm        # after harness/peers/vllm/install.sh (same machine)
 #
-# Results: $OUT/<metainfer|vllm>/serve_bench.json and a printed table per level (TTFT/TPOT
+# Results: $OUT/<metainfer|vllm>/serve_bench.json (rewritten after every level), server.log, and for
+# metainfer bench.json (full_run.py's offline workloads, same engine; OFFLINE=0 skips); a printed table per level (TTFT/TPOT
 # p50/p99, output tok/s). LEVELS (default 1,32,64) and RATES (Poisson req/s of the mixed set,
 # default none) choose the levels; CKPT (/tmp/ckpt), GEN (/tmp/gen), PORT (8000) the places.
-# The server needs fastapi, uvicorn, prometheus-client and the openai client: the vLLM bundle's
-# wheels carry the first and the last (peers/vllm-0.25.1-deps.txt).
+# The server and the client need fastapi, starlette, pydantic(-core), annotated-types, typing-inspection,
+# uvicorn, openai, jiter, sniffio, httpx2, httpcore2 and truststore, none on the image: copy those wheels
+# from the vLLM bundle's cache (~/.cache/metainfer/vllm-0.25.1/wheels, 5.7 MB) into .whl/ for the
+# metainfer call (env.sh installs them); the vllm call has them from install.sh.
 set -uo pipefail
 source scripts/h200/env.sh
 WHICH=${1:?usage: serve_session.sh metainfer|vllm}
@@ -30,4 +33,8 @@ from metainfer.targets import get_model; w(get_model('$MODEL'), '$CKPT')"
     --max-model-len 4608 --max-num-seqs 64 --gpu-memory-utilization 0.8 --language-model-only --gdn-prefill-backend triton"
 fi
 python3 scripts/h200/serve_bench.py --url "http://127.0.0.1:$PORT/v1" --model "$MODEL" --concurrency "$LEVELS" \
-  --rates "$RATES" --out "$OUT/$WHICH" --launch "$LAUNCH" --ready-timeout 420
+  --rates "$RATES" --out "$OUT/$WHICH" --launch "$LAUNCH" --ready-timeout 420 --server-log "$OUT/$WHICH/server.log"
+rc=$?
+# the offline figures of the same engine in the same session (issue 13: HTTP keeps >= 90 % of offline conc32)
+[ "$WHICH" = metainfer ] && [ "${OFFLINE:-1}" = 1 ] && python3 scripts/h200/full_run.py --steps bench --ckpt "$CKPT" --gen "$GEN" --out "$OUT/$WHICH"
+exit $rc
