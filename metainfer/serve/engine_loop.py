@@ -10,6 +10,8 @@ a ``RuntimeError`` if a step failed. The default ``post`` calls each sink with i
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import threading
 import time
@@ -54,6 +56,9 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
         self.post: Post = lambda pairs: [sink(item) for sink, item in pairs]
         self.on_start: Callable[[], None] = lambda: None  # run first on the loop thread (e.g. select the CUDA device)
+        # METAINFER_SERVE_TRACE=FILE: one JSON line per step (perf_counter seconds; what the step held, how long it took)
+        trace = os.environ.get("METAINFER_SERVE_TRACE")
+        self._trace = open(trace, "a", buffering=1) if trace else None
 
     def start(self) -> None:
         """Start the loop thread."""
@@ -93,13 +98,18 @@ class EngineLoop:
             if not sched.has_unfinished():
                 continue
             t0 = time.perf_counter()
+            held = (len(sched.waiting), len(sched.prefilling), len(sched.running)) if self._trace else None
             try:
                 outs = sched.step()
             except Exception as err:  # a failing step must not kill the server: fail its requests, free their slots
                 self._fail_all(err)
                 continue
             self.steps += 1
-            self.metrics.step_seconds.observe(time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            self.metrics.step_seconds.observe(dt)
+            if self._trace:
+                self._trace.write(json.dumps({"t": round(t0, 5), "s": round(dt, 5), "waiting": held[0], "prefilling": held[1],
+                                              "running": held[2], "outs": len(outs)}) + "\n")
             pairs = []
             for out in outs:
                 sink = self._sinks.pop(out.request_id, None) if out.finished else self._sinks.get(out.request_id)
@@ -117,6 +127,8 @@ class EngineLoop:
                 items.append(self._inbox.get_nowait())
         except queue.Empty:
             pass
+        if self._trace and items:
+            self._trace.write(json.dumps({"t": round(time.perf_counter(), 5), "drained": len(items), "blocked": block}) + "\n")
         for item in items:
             if isinstance(item, _Add):
                 try:

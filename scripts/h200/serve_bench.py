@@ -44,6 +44,7 @@ class Result:
     latency: float
     tokens: int
     error: str | None = None
+    sent: float = 0.0  # perf_counter seconds at send (the server's METAINFER_SERVE_TRACE uses the same clock on Linux)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Level:
     tpot_p99_ms: float
     output_tok_s: float
     wall_s: float
+    per_request: list = None  # [sent, ttft, latency, tokens] per request (seconds)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -83,9 +85,9 @@ async def _one(client, model: str, prompt: list[int], out_len: int) -> Result:
                 tokens = chunk.usage.completion_tokens
         end = time.perf_counter()
         err = None if tokens == out_len else f"{tokens} output tokens, asked for {out_len}"
-        return Result((first or end) - t0, end - t0, tokens, err)
+        return Result((first or end) - t0, end - t0, tokens, err, t0)
     except Exception as e:  # a failed request is counted, the run goes on
-        return Result(float("nan"), time.perf_counter() - t0, 0, f"{type(e).__name__}: {e}")
+        return Result(float("nan"), time.perf_counter() - t0, 0, f"{type(e).__name__}: {e}", t0)
 
 
 def _summary(name: str, results: list[Result], wall: float) -> Level:
@@ -93,7 +95,7 @@ def _summary(name: str, results: list[Result], wall: float) -> Level:
     ttft = [r.ttft * 1e3 for r in ok]
     tpot = [(r.latency - r.ttft) / (r.tokens - 1) * 1e3 for r in ok if r.tokens > 1]
     return Level(name, len(results), len(results) - len(ok), _pct(ttft, 50), _pct(ttft, 99), _pct(tpot, 50), _pct(tpot, 99),
-                 sum(r.tokens for r in ok) / wall, wall)
+                 sum(r.tokens for r in ok) / wall, wall, [[round(r.sent, 5), round(r.ttft, 5), round(r.latency, 5), r.tokens] for r in results])
 
 
 async def closed_loop(client, args, conc: int, rng: random.Random) -> Level:

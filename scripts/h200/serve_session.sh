@@ -8,7 +8,7 @@
 # Results: $OUT/<metainfer|vllm>/serve_bench.json (rewritten after every level), server.log, and for
 # metainfer bench.json (full_run.py's offline workloads, same engine; OFFLINE=0 skips); a printed table per level (TTFT/TPOT
 # p50/p99, output tok/s). LEVELS (default 1,32,64) and RATES (Poisson req/s of the mixed set,
-# default none) choose the levels; CKPT (/tmp/ckpt), GEN (/tmp/gen), PORT (8000) the places.
+# default none) choose the levels; GRAPH_BATCH (64) the CUDA-graph batches; CKPT (/tmp/ckpt), GEN (/tmp/gen), PORT (8000) the places.
 # The server and the client need fastapi, starlette, pydantic(-core), annotated-types, typing-inspection,
 # uvicorn, openai, jiter, sniffio, httpx2, httpcore2 and truststore, none on the image: copy those wheels
 # from the vLLM bundle's cache (~/.cache/metainfer/vllm-0.25.1/wheels, 5.7 MB) into .whl/ for the
@@ -21,7 +21,7 @@ LEVELS=${LEVELS:-1,32,64}; RATES=${RATES:-}
 MODEL=qwen3.6-35b-a3b
 [ -f "$CKPT/model.safetensors.index.json" ] || python3 scripts/h200/full_run.py --steps checkpoint --ckpt "$CKPT" --out "$OUT"
 if [ "$WHICH" = metainfer ]; then
-  python3 scripts/h200/full_run.py --steps render --gen "$GEN" --out "$OUT"  # CUDA graphs to 32, split-K 16
+  python3 scripts/h200/full_run.py --steps render --gen "$GEN" --out "$OUT" --graph-batch "${GRAPH_BATCH:-64}"  # split-K 16
   LAUNCH="python3 -m metainfer.cli serve --model $MODEL --quant nvfp4 --gpu h200 --checkpoint $CKPT \
     --engine $GEN/$MODEL-nvfp4-h200 --add-tokenizer --port $PORT --max-batch 64 --max-seq-len 4608"
 else
