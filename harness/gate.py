@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", type=Path, default=None, help="last accepted engine folder, benchmarked A/B")
     p.add_argument("--gpu", required=True, help="GPU profile; must be the device present (cpu runs everything on the CPU)")
     p.add_argument("--stages", default=None, help="comma list, a subset of static,parity,twin,bench,profile (run in that order; "
-                   "default: all but twin on a GPU, also without profile on the CPU)")
+                   "default: all but twin on a GPU, also without profile on the CPU; twin too when --twin-engine is given)")
     p.add_argument("--seed", type=int, default=None, help="seed of parity inputs and bench prompts (default: fresh, recorded)")
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
@@ -119,7 +119,8 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
     from metainfer.targets import check_present
 
     a = _parser().parse_args(argv)
-    raw_stages = a.stages if a.stages is not None else ",".join(default_stages(a.gpu))
+    defaults = default_stages(a.gpu) + (("twin",) if a.twin_engine is not None else ())  # a twin engine given: judge it
+    raw_stages = a.stages if a.stages is not None else ",".join(defaults)
     stages = tuple(s.strip() for s in raw_stages.split(",") if s.strip())
     bad = [s for s in stages if s not in STAGES]
     if bad or not stages:

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from metainfer.errors import MetainferError
+from metainfer.targets.gpus import GpuProfile
 
 #: files of a render that are the twin's outright: records and prose, never edited by an iteration that matters
 TWIN_OWNED = ("engine/rendered_for.json", "ENGINE.md")
@@ -81,6 +82,26 @@ def twin_engine(candidate: Path, periods: int, workdir: Path) -> Path:
     base = render_engine(make_target(str(full), rec["quant"], rec["gpu"]), workdir / "base", force=True)
     twin = render_engine(make_target(str(shallow), rec["quant"], rec["gpu"]), workdir / "twin", force=True)
     return carry_edits(candidate, base, twin, workdir / "carried" / twin.name)
+
+
+def auto_periods(device: str, checkpoint: Path) -> int:
+    """Layer periods of the twin pass by default: 1 on a GPU whose parity reference is bf16 (a full-size model, where
+    the float32 twin sees more than parity does), else 0 (off: parity's own reference is float32 already)."""
+    from harness.reference_cache import default_reference_dtype
+
+    return 1 if str(device).startswith("cuda") and default_reference_dtype(device, checkpoint) == "bfloat16" else 0
+
+
+def auto_periods_for(gpu: GpuProfile, checkpoint: Path) -> int:
+    """``auto_periods`` from the GPU profile's memory instead of the device (the build's loop process must not open a
+    CUDA context): 1 when the float32 reference would take over half of ``gpu.memory_gib``, else 0; 0 on the CPU."""
+    from metainfer.checkpoint import CheckpointReader
+    from metainfer.targets.models import ModelSpec
+
+    if gpu.name == "cpu":
+        return 0
+    params = ModelSpec("checkpoint", "qwen3_5_moe", CheckpointReader(checkpoint).config).param_count()["total"]
+    return 1 if 4 * params >= gpu.memory_gib * 2**30 / 2 else 0
 
 
 def make_twin(candidate: Path, periods: int) -> tuple[Path, Path]:

@@ -352,3 +352,44 @@ def test_resume_adopts_a_commit_made_just_before_the_kill(given_baseline, tmp_pa
     st = _state(runs, run_id)
     assert st["best"] == {"iteration": 1, "commit": sha, "cumulative_speedup": pytest.approx(1.9)} and st["next_iteration"] == 2
     assert _git(repo, "rev-parse", f"metainfer/{TARGET}") == sha  # not committed twice
+
+
+def test_twin_periods_refuses_a_candidate_whose_edits_do_not_carry_onto_its_twin(given_baseline, tmp_path):
+    """--twin-periods 1: the build makes each candidate's shallow twin; an edit of a depth fact in target.py cannot
+    be carried onto it, so the iteration is red at its twin stage without a gate run, and --twin-periods is kept."""
+    repo, runs, run_id = _copy(given_baseline, tmp_path / "c")
+    wt_target = _git(repo, "show", f"metainfer/{TARGET}:{ENGINE}/target.py") + "\n"
+    assert "num_layers=8," in wt_target
+    (tmp_path / "depth.diff").write_text(_patch(f"{ENGINE}/target.py", wt_target,
+                                                wt_target.replace("num_layers=8,", "num_layers=8,  # hard-coded depth", 1),
+                                                "hard-code the depth"))
+    head = _git(repo, "rev-parse", f"metainfer/{TARGET}")
+    t0 = time.monotonic()
+    metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), "--iterations", "1", "--twin-periods", "1",
+              "--script", str(tmp_path / "depth.diff"))
+    assert time.monotonic() - t0 < 120  # no parity, no bench
+    r = _report(runs, run_id, 1)
+    assert not r["accepted"] and "twin stage" in r["reason"] and "engine/target.py" in r["reason"]
+    gate = json.loads((runs / run_id / "iter-001" / "gate.json").read_text())
+    assert gate["ok"] is False and [st["name"] for st in gate["stages"]] == ["twin"]
+    assert _state(runs, run_id)["gate"]["twin_periods"] == 1
+    assert _git(repo, "rev-parse", f"metainfer/{TARGET}") == head
+
+
+def test_a_twin_engine_adds_the_twin_stage_to_the_gates_defaults(tmp_path, tiny_checkpoint):
+    """The gate's default stages gain ``twin`` when given --twin-engine (the build passes it), not otherwise; the
+    build's request puts both flags on the gate's command line."""
+    from harness.gate import parse_args
+    from metainfer.build.gate_runner import GateRequest
+
+    ck = tiny_checkpoint(QUANT)
+    eng = tmp_path / "e"
+    eng.mkdir()
+    common = ["--engine", str(eng), "--checkpoint", str(ck), "--gpu", "cpu", "--json", str(tmp_path / "g.json")]
+    assert "twin" not in parse_args(common).stages
+    assert parse_args(common + ["--twin-engine", str(eng)]).stages == ("static", "parity", "twin", "bench")
+    assert parse_args(common + ["--twin-engine", str(eng), "--stages", "static"]).stages == ("static",)
+    argv = GateRequest(engine=eng, baseline=eng, checkpoint=ck, gpu="cpu", seed=1, twin_engine=tmp_path / "t",
+                       twin_periods=2).argv(tmp_path / "g.json")
+    assert argv[argv.index("--twin-engine") + 1] == str(tmp_path / "t") and argv[argv.index("--twin-periods") + 1] == "2"
+    assert "--twin-engine" not in GateRequest(engine=eng, baseline=eng, checkpoint=ck, gpu="cpu", seed=1).argv(tmp_path / "g")

@@ -63,6 +63,9 @@ class BuildConfig:
         gate_rounds: A/B rounds of the benchmark (``--rounds`` of the gate); None = the gate's default.
         gate_scale: ``cpu`` or ``full`` workloads; None = the gate's default for the GPU.
         gate_workloads: benchmark workloads (``ttft``, ``decode-bs1``, ``conc32``); None = the gate's default (all).
+        twin_periods: layer periods of the gate's twin stage (the candidate's edits on its shallow twin, judged
+            against float32); 0 = no twin stage; None = ``metainfer.twin.auto_periods`` (1 on a GPU whose parity
+            reference is bf16, i.e. a full-size model; else 0) for a new run, the run's own on resume.
         resume: run id (or run folder) to continue; None = a new run.
         repo_root: the project clone; None = found from the cwd.
     """
@@ -82,6 +85,7 @@ class BuildConfig:
     gate_rounds: int | None = None
     gate_scale: str | None = None
     gate_workloads: tuple[str, ...] | None = None
+    twin_periods: int | None = None
     resume: str | None = None
     repo_root: Path | None = None
 
@@ -97,6 +101,8 @@ class BuildConfig:
         for flag, v in (("--time-limit", self.time_limit_min), ("--budget-usd", self.budget_usd), ("--gate-timeout", self.gate_timeout_s)):
             if v is not None and v <= 0:
                 raise BuildError(f"{flag} must be > 0, got {v}")
+        if self.twin_periods is not None and self.twin_periods < 0:
+            raise BuildError(f"--twin-periods must be >= 0 (0: no twin stage), got {self.twin_periods}")
         if self.gate_rounds is not None and self.gate_rounds < 1:
             raise BuildError(f"--rounds must be >= 1, got {self.gate_rounds}")
         if self.checkpoint is not None and not Path(self.checkpoint).is_dir():

@@ -44,6 +44,8 @@ class GateRequest:
         timeout_s: seconds before the process group is killed.
         parity_lengths, parity_steps: the gate's quick-parity flags (``--parity-lengths`` / ``--parity-steps``);
             None: the gate's full parity set for the device (an upgrade may set them; ``run.json`` ``gate`` keeps them).
+        twin_engine, twin_periods: the candidate's shallow twin (``metainfer.twin.make_twin``) and its layer periods;
+            given, the gate adds its ``twin`` stage to the default stages (docs/PARITY.md, "A float32 twin pass").
     """
 
     engine: Path
@@ -58,6 +60,8 @@ class GateRequest:
     timeout_s: float = 3600.0
     parity_lengths: tuple[int, ...] | None = None
     parity_steps: int | None = None
+    twin_engine: Path | None = None
+    twin_periods: int = 1
 
     def argv(self, json_out: Path) -> list[str]:
         """The command line of the gate subprocess."""
@@ -75,6 +79,8 @@ class GateRequest:
             argv += ["--parity-lengths", ",".join(str(n) for n in self.parity_lengths)]
         if self.parity_steps is not None:
             argv += ["--parity-steps", str(self.parity_steps)]
+        if self.twin_engine is not None:
+            argv += ["--twin-engine", str(self.twin_engine), "--twin-periods", str(self.twin_periods)]
         return argv
 
 

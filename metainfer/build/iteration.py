@@ -18,7 +18,9 @@ from metainfer.build.records import utc_now, write_json, write_text
 from metainfer.build.report import iteration_markdown
 from metainfer.build.session import Session
 from metainfer.build.worktree import CandidateDiff
+from metainfer.errors import MetainferError
 from metainfer.tempdirs import temporary_directory
+from metainfer.twin import auto_periods_for, twin_engine
 
 
 @dataclass
@@ -78,11 +80,18 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
         staged = s.worktree.staged_tree()
         cand = s.worktree.export(staged, Path(tmp) / "candidate")
         best = s.worktree.export(staged if against_self else baseline_sha, Path(tmp) / "best")
+        periods = twin_periods(s)
+        twin = None
+        if periods:
+            try:
+                twin = twin_engine(cand, periods, Path(tmp) / "twin")
+            except MetainferError as err:  # edits that do not carry onto the twin: red without running the gate
+                return _refused_by_twin(s, i, str(err)), seed
         req = GateRequest(engine=cand, baseline=best, checkpoint=s.checkpoint, gpu=s.target.gpu.name,
                           seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
                           workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s,
                           parity_lengths=tuple(g["parity_lengths"]) if g.get("parity_lengths") else None,
-                          parity_steps=g.get("parity_steps"))
+                          parity_steps=g.get("parity_steps"), twin_engine=twin, twin_periods=periods or 1)
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
         outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start,
                            on_stage=lambda st, result: s.progress.gate_stage(i, st, result),
@@ -92,6 +101,22 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
     if outcome.error:
         s.progress.line(i, f"gate error: {outcome.error}")
     return outcome, seed
+
+
+def twin_periods(s: Session) -> int:
+    """Layer periods of this run's twin stage: the run's ``twin_periods`` (0 = none), or when unset
+    ``metainfer.twin.auto_periods_for`` (1 on a GPU for a full-size model, else 0)."""
+    periods = s.config.twin_periods
+    return auto_periods_for(s.target.gpu, s.checkpoint) if periods is None else periods
+
+
+def _refused_by_twin(s: Session, i: int, why: str) -> GateOutcome:
+    """The red outcome of a candidate whose edits cannot be carried onto its twin, written as the iteration's gate.json."""
+    msg = f"twin stage: {why}"
+    result = {"schema": 2, "ok": False, "error": msg, "stages": [{"name": "twin", "verdict": "red", "seconds": 0.0, "error": msg}]}
+    write_json(s.record.iter_dir(i) / "gate.json", result)
+    s.progress.line(i, f"gate error: {msg}")
+    return GateOutcome(result, None, False, 0.0, error=msg)
 
 
 def noise_run_margin(s: Session) -> float | None:

@@ -56,7 +56,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
 
     On ``config.resume`` the target, agent, seed and gate settings come from ``run.json`` (a failed
     run retries its baseline, e.g. with a longer ``--gate-timeout``);
-    a given ``config.iterations``, ``gate_timeout_s``, ``time_limit_min``, ``budget_usd`` or ``agent``
+    a given ``config.iterations``, ``gate_timeout_s``, ``twin_periods``, ``time_limit_min``, ``budget_usd`` or ``agent``
     (with its options) replaces the run's. A new run refuses a worktree
     with uncommitted changes unless ``require_clean`` is False (``metainfer step``).
 
@@ -85,6 +85,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
             st["iterations"] = config.iterations
         if config.gate_timeout_s is not None:
             st["gate"]["timeout_s"] = config.gate_timeout_s
+        if config.twin_periods is not None:
+            st["gate"]["twin_periods"] = config.twin_periods
         if config.time_limit_min is not None:
             st["budget"]["time_limit_min"] = config.time_limit_min
         if config.budget_usd is not None:
@@ -105,7 +107,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                 "budget": {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd},
                 "gate": {"timeout_s": DEFAULT_GATE_TIMEOUT_S if config.gate_timeout_s is None else config.gate_timeout_s,
                          "rounds": config.gate_rounds, "scale": config.gate_scale,
-                         "workloads": list(config.gate_workloads) if config.gate_workloads else None},
+                         "workloads": list(config.gate_workloads) if config.gate_workloads else None,
+                         "twin_periods": config.twin_periods},
                 "checkpoint": str(config.checkpoint.resolve()) if config.checkpoint else None,
                 "branch": target.branch, "repo_root": str(root)}
         wt = TargetWorktree(root, target.name, worktree_path(root, target.name)).ensure()
@@ -141,6 +144,7 @@ def _prepare(config: BuildConfig, progress: Progress, root: Path, target: Any,
     config.seed, config.gate_timeout_s = st["seed"], st["gate"]["timeout_s"]
     config.gate_rounds, config.gate_scale = st["gate"]["rounds"], st["gate"]["scale"]
     config.gate_workloads = tuple(st["gate"]["workloads"]) if st["gate"].get("workloads") else None
+    config.twin_periods = st["gate"].get("twin_periods")
     s.save()
     if ckpt is None:
         s.checkpoint = ensure_checkpoint(root, st["model"], st["quant"], st["seed"], progress)  # removes its partial files

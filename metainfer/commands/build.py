@@ -33,6 +33,9 @@ def build(
     rounds: int = typer.Option(None, "--rounds", help="A/B benchmark rounds per gate (default: the gate's)"),
     scale: str = typer.Option(None, "--scale", help="benchmark workloads: cpu (scaled down) or full (default: the gate's)"),
     workloads: str = typer.Option(None, "--workloads", help="comma list of gate workloads (ttft, decode-bs1, conc32, conc64, conc128, ttft-2k, ttft-8k, prefill-16k; default: ttft,decode-bs1,conc32)"),
+    twin_periods: int = typer.Option(None, "--twin-periods", help="the gate's twin stage: the candidate's edits on the "
+                                     "model cut to N layer periods, judged against float32 (docs/PARITY.md); 0 = off; "
+                                     "default: 1 on a GPU for a full-size model, else off"),
     resume: str = typer.Option(None, "--resume", help="run id (or folder) of an interrupted, stopped or failed run to "
                                "continue; its options are the run's, except those given again"),
     script: list[Path] = typer.Option(None, "--script", help="scripted agent: patch files (or folders of them), applied "
@@ -68,7 +71,7 @@ def build(
     config = BuildConfig(model=model, quant=quant, gpu=gpu, agent=name, agent_options=options, iterations=iterations,
                          time_limit_min=time_limit, budget_usd=budget_usd, runs_dir=runs_dir, checkpoint=checkpoint,
                          seed=seed, gate_timeout_s=gate_timeout, gate_rounds=rounds, gate_scale=scale, resume=resume,
-                         gate_workloads=tuple(workloads.split(",")) if workloads else None)
+                         gate_workloads=tuple(workloads.split(",")) if workloads else None, twin_periods=twin_periods)
     if rounds is not None and rounds < 3:
         typer.secho(f"warning: --rounds {rounds}: with fewer than 3 A/B rounds a gate's noise bar rests on "
                     f"{'one sample (it reads 0)' if rounds == 1 else 'two samples'}; use 3 or more for a decision",

@@ -57,7 +57,7 @@ def mutants(
             typer.echo(f"writing a synthetic {model} {quant} checkpoint (seed 1234)")
             checkpoint = write_checkpoint(get_model(model), get_quant(quant), Path(tmp) / "checkpoint", 1234, progress=False)
         if twin_periods is None:
-            from metainfer.mutants.twin_pass import auto_periods
+            from metainfer.twin import auto_periods
 
             twin_periods = auto_periods(device, Path(checkpoint))
         typer.echo(f"engine {engine}, checkpoint {checkpoint}, device {device}, lengths {lens}, {n_steps} decode steps, "

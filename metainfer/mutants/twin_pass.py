@@ -17,13 +17,6 @@ from metainfer.mutants.catalogue import Mutant, by_name
 from metainfer.mutants.runner import MutantOutcome, ParityJudge, SuiteResult, _figure, apply_mutant
 
 
-def auto_periods(device: str, checkpoint: Path) -> int:
-    """1 on a GPU whose parity reference is bf16 (where the twin pass sees more than parity), else 0."""
-    from harness.reference_cache import default_reference_dtype
-
-    return 1 if str(device).startswith("cuda") and default_reference_dtype(device, checkpoint) == "bfloat16" else 0
-
-
 def twin_pass(suite: SuiteResult, engine_dir: Path, checkpoint: Path, mutants: tuple[Mutant, ...], *, periods: int,
               device: str, seed: int, lengths: tuple[int, ...], steps: int, mutant_lengths: tuple[int, ...],
               progress=None) -> SuiteResult:
