@@ -20,16 +20,21 @@ from harness.reference_cached import CachedRows
 from harness.worker import Worker, WorkerLimits
 
 
-def default_reference_dtype(device: str, checkpoint: Path) -> str:
-    """``float32`` unless on CUDA the fp32 model would take over half the GPU's memory, then ``bfloat16``."""
-    if torch.device(device).type != "cuda":
-        return "float32"
+def fp32_reference_fits(checkpoint: Path, memory_bytes: float) -> bool:
+    """True when the checkpoint's model in float32 takes at most half of ``memory_bytes`` (the parity reference's rule)."""
     from metainfer.checkpoint import CheckpointReader
     from metainfer.targets.models import ModelSpec
 
     params = ModelSpec("checkpoint", "qwen3_5_moe", CheckpointReader(checkpoint).config).param_count()["total"]
+    return 4 * params < memory_bytes / 2
+
+
+def default_reference_dtype(device: str, checkpoint: Path) -> str:
+    """``float32`` unless on CUDA the fp32 model would take over half the GPU's memory, then ``bfloat16``."""
+    if torch.device(device).type != "cuda":
+        return "float32"
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return "float32" if 4 * params < total / 2 else "bfloat16"
+    return "float32" if fp32_reference_fits(checkpoint, total) else "bfloat16"
 
 
 class ReferenceCache:

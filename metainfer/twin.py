@@ -94,14 +94,10 @@ def auto_periods(device: str, checkpoint: Path) -> int:
 
 def auto_periods_for(gpu: GpuProfile, checkpoint: Path) -> int:
     """``auto_periods`` from the GPU profile's memory instead of the device (the build's loop process must not open a
-    CUDA context): 1 when the float32 reference would take over half of ``gpu.memory_gib``, else 0; 0 on the CPU."""
-    from metainfer.checkpoint import CheckpointReader
-    from metainfer.targets.models import ModelSpec
+    CUDA context): 1 when the float32 reference would not fit in half of ``gpu.memory_gib``, else 0; 0 on the CPU."""
+    from harness.reference_cache import fp32_reference_fits
 
-    if gpu.name == "cpu":
-        return 0
-    params = ModelSpec("checkpoint", "qwen3_5_moe", CheckpointReader(checkpoint).config).param_count()["total"]
-    return 1 if 4 * params >= gpu.memory_gib * 2**30 / 2 else 0
+    return 0 if gpu.name == "cpu" or fp32_reference_fits(checkpoint, gpu.memory_gib * 2**30) else 1
 
 
 def make_twin(candidate: Path, periods: int) -> tuple[Path, Path]:

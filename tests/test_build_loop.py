@@ -393,3 +393,16 @@ def test_a_twin_engine_adds_the_twin_stage_to_the_gates_defaults(tmp_path, tiny_
                        twin_periods=2).argv(tmp_path / "g.json")
     assert argv[argv.index("--twin-engine") + 1] == str(tmp_path / "t") and argv[argv.index("--twin-periods") + 1] == "2"
     assert "--twin-engine" not in GateRequest(engine=eng, baseline=eng, checkpoint=ck, gpu="cpu", seed=1).argv(tmp_path / "g")
+
+
+@pytest.mark.parametrize("model,gpu,expected", [("qwen3.6-35b-a3b", "h200", 1), ("qwen3.6-35b-a3b", "cpu", 0),
+                                                ("qwen3.6-35b-a3b-tiny", "h200", 0)])
+def test_the_builds_default_twin_periods_follow_the_parity_references_dtype(tmp_path, model, gpu, expected):
+    """On by default only where parity's reference is bf16 (the fp32 model over half the GPU's memory): a full-size
+    model on an H200; off on the CPU and for a tiny model (whose reference is float32 already)."""
+    from metainfer.targets import get_gpu, get_model
+    from metainfer.twin import auto_periods_for
+
+    (tmp_path / "config.json").write_text(json.dumps(get_model(model).config))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    assert auto_periods_for(get_gpu(gpu), tmp_path) == expected

@@ -44,8 +44,9 @@ class GateRequest:
         timeout_s: seconds before the process group is killed.
         parity_lengths, parity_steps: the gate's quick-parity flags (``--parity-lengths`` / ``--parity-steps``);
             None: the gate's full parity set for the device (an upgrade may set them; ``run.json`` ``gate`` keeps them).
-        twin_engine, twin_periods: the candidate's shallow twin (``metainfer.twin.make_twin``) and its layer periods;
-            given, the gate adds its ``twin`` stage to the default stages (docs/PARITY.md, "A float32 twin pass").
+        twin_engine, twin_periods: the candidate's shallow twin (``metainfer.twin.make_twin``) and its layer periods
+            (passed only with ``twin_engine``); given, the gate adds its ``twin`` stage to the default stages
+            (docs/PARITY.md, "A float32 twin pass").
     """
 
     engine: Path

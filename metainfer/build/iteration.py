@@ -91,7 +91,7 @@ def run_gate_for(s: Session, i: int, baseline_sha: str | None, *, against_self: 
                           seed=seed, rounds=s.config.gate_rounds, scale=s.config.gate_scale,
                           workloads=s.config.gate_workloads, timeout_s=s.config.gate_timeout_s,
                           parity_lengths=tuple(g["parity_lengths"]) if g.get("parity_lengths") else None,
-                          parity_steps=g.get("parity_steps"), twin_engine=twin, twin_periods=periods or 1)
+                          parity_steps=g.get("parity_steps"), twin_engine=twin, twin_periods=periods)
         s.progress.line(i, f"gate started ({'noise run: engine vs itself' if against_self else 'A/B vs ' + (baseline_sha or '')[:10]})")
         outcome = run_gate(req, cwd=s.root, json_out=d / "gate.json", log_path=d / "gate.log", on_start=on_start,
                            on_stage=lambda st, result: s.progress.gate_stage(i, st, result),

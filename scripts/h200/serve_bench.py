@@ -60,7 +60,7 @@ class Level:
     tpot_p99_ms: float
     output_tok_s: float
     wall_s: float
-    per_request: list = None  # [sent, ttft, latency, tokens] per request (seconds)
+    per_request: list[list[float]] | None = None  # [sent, ttft, latency, tokens] per request (seconds)
 
 
 def _pct(xs: list[float], q: float) -> float:
