@@ -133,3 +133,26 @@ def test_bad_requests_are_refused_and_queue_nothing(mod, eng, sched_mod):
     s.abort_all()
     assert [o.finish_reason for o in s.step()] == ["abort"] and not s.has_unfinished()
     assert eng.cache.free_slots == eng.max_batch
+
+
+def test_warmup_runs_every_shape_class_once_and_leaves_nothing_behind(mod, eng, sched_mod):
+    wu = importlib.import_module(f"{mod.__name__}.warmup")
+    assert wu.classes(64) == [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64]
+    assert wu.classes(20) == [1, 2, 3, 4, 5, 8, 9, 16, 17, 20]
+    for n, t in wu.shapes(4, 16):
+        assert n <= t and sum(wu.split(t, n)) == t and max(wu.split(t, n)) - min(wu.split(t, n)) <= 1
+    sp = mod.SamplingParams(max_tokens=6, ignore_eos=True)
+    p = prompt(21, 3)
+    before = _alone(sched_mod, eng, p, sp)
+    rep = eng.warmup()  # 4 slots, 16-token pieces; no CUDA graphs on CPU: every N decodes eagerly once
+    assert (rep.prefills, rep.decodes) == (len(wu.shapes(4, 16)), 4) and rep.prefills >= 20
+    assert eng.cache.free_slots == 4
+    assert _alone(sched_mod, eng, p, sp) == before, "warm-up left state behind"
+    s = sched_mod.Scheduler(eng)
+    s.add_request("live", p, sp)
+    s.step()
+    with pytest.raises(ValueError, match="live"):
+        eng.warmup()
+    s.abort_all()
+    s.step()
+    assert eng.cache.free_slots == 4

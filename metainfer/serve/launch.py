@@ -104,7 +104,10 @@ def build_state(args: LaunchArgs) -> ServerState:
         engine = mod.load(args.checkpoint, device, max_batch=args.max_batch, max_seq_len=args.max_seq_len)
     except ValueError as err:
         raise MetainferError(f"loading the engine: {err}") from None
-    engine.generate([list(range(1, 17))], mod.SamplingParams(max_tokens=3, ignore_eos=True))  # compile and warm up
+    if device == "cuda" and hasattr(engine, "warmup"):  # Triton compiles per batch-shape class: all of them now, not mid-stream
+        rep = engine.warmup()
+        print(f"warm-up: {rep.prefills} prefill and {rep.decodes} eager decode shapes in {rep.seconds:.1f} s", file=sys.stderr)
+    engine.generate([list(range(1, 17))], mod.SamplingParams(max_tokens=3, ignore_eos=True))  # one request end to end
     name = args.served_model_name or args.model
     cfg = ServeConfig(name, args.max_batch, args.max_seq_len, args.max_queue, args.api_key)
     return ServerState(mod, engine, text, cfg)

@@ -8,6 +8,7 @@ The harness calls exactly this (docs/CONTRACTS.md, "The engine")::
     logits = engine.decode(res.slots, next_tokens) # [B, V] fp32
     engine.release(res.slots)
     outs = engine.generate(prompts, SamplingParams(max_tokens=256, ignore_eos=True))
+    engine.warmup()                                # compile each batch-shape class before serving
     sched = Scheduler(engine)                      # step API (metainfer serve): add_request / step / abort
 
 See ENGINE.md beside the package for the file map.

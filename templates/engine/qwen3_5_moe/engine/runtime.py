@@ -21,6 +21,7 @@ from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .target import ModelDims
 from .tunables import Tunables
+from .warmup import WarmupReport, warm_up
 from .weights import Weights
 
 
@@ -170,6 +171,14 @@ class Engine:
             ValueError: a slot that is not live or repeats.
         """
         self.cache.release(list(slots))
+
+    def warmup(self, max_seqs: int | None = None, max_tokens: int | None = None) -> WarmupReport:
+        """Compile every batch-shape class a scheduler step can produce before serving (``warmup.warm_up``).
+
+        Raises:
+            ValueError: a slot is live.
+        """
+        return warm_up(self, max_seqs, max_tokens)
 
     def _run(self, seqs: list[list[int]], slots: list[int], *, decode: bool, last_only: bool, return_hidden: bool):
         starts = [self.cache.lengths[s] for s in slots]
