@@ -6,6 +6,12 @@ next step runs. After each step the loop hands all ``(sink, item)`` pairs of tha
 ``post`` in one call (the server posts them to its event loop once per step, not once per
 request); an item is a ``StepOutput``, a ``ValueError`` if the scheduler refused the request, or
 a ``RuntimeError`` if a step failed. The default ``post`` calls each sink with its item.
+
+A step's outputs are posted once the *next* step's forward is queued on the device (the
+scheduler's ``on_forward`` hook), or at once when nothing else is live: the server's per-token
+work (detokenising, SSE) then runs while the GPU computes, instead of holding the GIL when the
+engine thread needs it to launch the next step (on the H200 a 32-stream decode step took 14.1 ms
+behind the server against about 11 ms offline). Engines without the hook post after each step.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class EngineLoop:
         self.steps = 0
         self._inbox: queue.Queue = queue.Queue()
         self._sinks: dict[Hashable, Sink] = {}
+        self._pending: list[tuple[Sink, Any]] = []  # the last step's outputs, not yet posted
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
         self.post: Post = lambda pairs: [sink(item) for sink, item in pairs]
@@ -93,6 +100,9 @@ class EngineLoop:
 
     def _loop(self) -> None:
         sched = self.scheduler
+        hooked = hasattr(sched, "on_forward")
+        if hooked:
+            sched.on_forward = self._flush
         while not self._stop.is_set():
             self._drain(block=not sched.has_unfinished())
             if not sched.has_unfinished():
@@ -102,22 +112,30 @@ class EngineLoop:
             try:
                 outs = sched.step()
             except Exception as err:  # a failing step must not kill the server: fail its requests, free their slots
+                self._flush()
                 self._fail_all(err)
                 continue
+            self._flush()  # a step that queued no forward (aborts only) posts its predecessor's outputs here
             self.steps += 1
             dt = time.perf_counter() - t0
             self.metrics.step_seconds.observe(dt)
             if self._trace:
                 self._trace.write(json.dumps({"t": round(t0, 5), "s": round(dt, 5), "waiting": held[0], "prefilling": held[1],
                                               "running": held[2], "outs": len(outs)}) + "\n")
-            pairs = []
             for out in outs:
                 sink = self._sinks.pop(out.request_id, None) if out.finished else self._sinks.get(out.request_id)
                 if sink is not None:
-                    pairs.append((sink, out))
-            if pairs:
-                self.post(pairs)
+                    self._pending.append((sink, out))
+            if not hooked or not sched.has_unfinished():
+                self._flush()
             self._gauges()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Post the outputs held back from the last step (no-op when none)."""
+        if self._pending:
+            pairs, self._pending = self._pending, []
+            self.post(pairs)
 
     def _drain(self, block: bool) -> None:
         items = []

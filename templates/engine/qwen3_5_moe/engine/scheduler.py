@@ -21,7 +21,7 @@ attention reference, ``attention_decode_splits > 0``; the padded SDPA decode pat
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 import torch
 
@@ -38,6 +38,9 @@ class Scheduler:
     Attributes:
         engine: the loaded engine (its slots are this scheduler's; do not prefill on it meanwhile).
         waiting: admitted-later requests in arrival order; prefilling, running: those holding slots.
+        on_forward: None, or called (on the stepping thread) each time a forward of ``step`` is queued on
+            the device, before the host waits for it. A server hands out the previous step's outputs
+            there, so that its per-token work runs while the device computes, not between steps.
     """
 
     def __init__(self, engine: Engine):
@@ -49,6 +52,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._live: dict[Hashable, Sequence] = {}
         self._aborted: list[StepOutput] = []
+        self.on_forward: Callable[[], None] | None = None
 
     # ---- requests -----------------------------------------------------------------------
     def add_request(self, request_id: Hashable, prompt: list[int], params: SamplingParams) -> None:
@@ -185,6 +189,8 @@ class Scheduler:
 
     def _postprocess(self, seqs: list[Sequence], logits: torch.Tensor) -> list[StepOutput]:
         """Sample one token per sequence from fp32 logits [B, V]; finish those that end."""
+        if self.on_forward is not None:
+            self.on_forward()
         if logits.is_cuda:  # wait for the forward with the GIL released (a server's HTTP thread runs meanwhile)
             torch.cuda.current_stream(logits.device).synchronize()
         toks = sample_batch(logits, [s.params for s in seqs], [s.gen for s in seqs])
