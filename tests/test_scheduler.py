@@ -145,7 +145,7 @@ def test_warmup_runs_every_shape_class_once_and_leaves_nothing_behind(mod, eng, 
     p = prompt(21, 3)
     before = _alone(sched_mod, eng, p, sp)
     rep = eng.warmup()  # 4 slots, 16-token pieces; no CUDA graphs on CPU: every N decodes eagerly once
-    assert (rep.prefills, rep.decodes) == (len(wu.shapes(4, 16)), 4) and rep.prefills >= 20
+    assert (rep.prefills, rep.continued, rep.decodes) == (len(wu.shapes(4, 16)),) * 2 + (4,) and rep.prefills >= 20
     assert eng.cache.free_slots == 4
     assert _alone(sched_mod, eng, p, sp) == before, "warm-up left state behind"
     s = sched_mod.Scheduler(eng)

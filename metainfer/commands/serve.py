@@ -21,13 +21,15 @@ def serve(
     max_queue: int = typer.Option(256, "--max-queue", help="requests that may wait for a slot; more get 503 with Retry-After"),
     served_model_name: str = typer.Option(None, "--served-model-name", help="model id clients send (default: --model)"),
     add_tokenizer: bool = typer.Option(False, "--add-tokenizer", help="a synthetic checkpoint without tokenizer files: write them first"),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="on a GPU, compile every batch-shape class before serving "
+                                "(minutes on a cold Triton cache; without it the first requests of each new shape stall)"),
 ) -> None:
     """Serve /v1/models, /v1/completions, /v1/chat/completions, /health and /metrics until interrupted."""
     from metainfer.serve.launch import LaunchArgs
     from metainfer.serve.launch import serve as run
 
     run(LaunchArgs(model, quant, gpu, checkpoint, engine, host, port, api_key, max_batch, max_seq_len, max_queue, served_model_name,
-                   add_tokenizer))
+                   add_tokenizer, warmup))
 
 
 def register(app: typer.Typer) -> None:

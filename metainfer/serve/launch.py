@@ -34,6 +34,7 @@ class LaunchArgs:
     max_queue: int
     served_model_name: str | None
     add_tokenizer: bool = False
+    warmup: bool = True
 
 
 def engine_dir(args: LaunchArgs) -> Path:
@@ -104,9 +105,10 @@ def build_state(args: LaunchArgs) -> ServerState:
         engine = mod.load(args.checkpoint, device, max_batch=args.max_batch, max_seq_len=args.max_seq_len)
     except ValueError as err:
         raise MetainferError(f"loading the engine: {err}") from None
-    if device == "cuda" and hasattr(engine, "warmup"):  # Triton compiles per batch-shape class: all of them now, not mid-stream
+    if args.warmup and device == "cuda" and hasattr(engine, "warmup"):  # Triton compiles per batch-shape class: all of them now, not mid-stream
         rep = engine.warmup()
-        print(f"warm-up: {rep.prefills} prefill and {rep.decodes} eager decode shapes in {rep.seconds:.1f} s", file=sys.stderr)
+        print(f"warm-up: {rep.prefills} prefill shapes (+{rep.continued} continued), {rep.decodes} eager decodes, "
+              f"{rep.seconds:.1f} s", file=sys.stderr)
     engine.generate([list(range(1, 17))], mod.SamplingParams(max_tokens=3, ignore_eos=True))  # one request end to end
     name = args.served_model_name or args.model
     cfg = ServeConfig(name, args.max_batch, args.max_seq_len, args.max_queue, args.api_key)

@@ -6,7 +6,8 @@ the batch's shape (``block_n(N)`` of the varlen ops is the power of two ≥ N; t
 bucket, the linear ``block_m`` and the align ``CHUNK`` follow powers of two of T; attention
 prefill switches tiles at ``LONG_T``), so the first step with a new (N sequences, T packed
 tokens) class stops every stream for seconds while it compiles (on the H200, 4-11 s steps in a
-32-client serving run). Decode batches are covered by the captured CUDA graphs, and an eager
+32-client serving run). A prompt's later pieces read history from the cache, so each class also
+runs once as a continuation (a 1 s step remained in a mixed-length run without it). Decode batches are covered by the captured CUDA graphs, and an eager
 decode over the same N classes is run for batches beyond them.
 
 The classes are swept, not listed: N and T each take 1, every power of two and one past it (a
@@ -33,11 +34,13 @@ class WarmupReport:
 
     Attributes:
         prefills: prefill forwards run (one per (N, T) class).
+        continued: second pieces of those prompts run (the same class after history in the cache).
         decodes: eager decode forwards run (one per batch size N no captured graph covers).
         seconds: wall time, compiles included (the device synchronised at the end).
     """
 
     prefills: int
+    continued: int
     decodes: int
     seconds: float
 
@@ -62,7 +65,8 @@ def split(t: int, n: int) -> list[int]:
 
 
 def warm_up(engine: Engine, max_seqs: int | None = None, max_tokens: int | None = None, seed: int = 0) -> WarmupReport:
-    """Run a prefill of every ``shapes`` pair on free slots (random tokens, never all zeros), the
+    """Run a prefill of every ``shapes`` pair on free slots (random tokens, never all zeros), then
+    the same pieces again as the prompts' continuation where both fit in ``max_seq_len``, the
     first of each N followed by an eager decode when no captured graph covers N; the slots are released after
     each pair, so the engine holds nothing afterwards. Call it with no sequence live.
 
@@ -84,13 +88,16 @@ def warm_up(engine: Engine, max_seqs: int | None = None, max_tokens: int | None 
         raise ValueError(f"warm_up: max_seqs {n_max} and max_tokens {t_max} must be at least 1")
     gen = torch.Generator().manual_seed(seed)
     vocab = engine.dims.vocab_size
-    t0, prefills, decoded = time.perf_counter(), 0, set()
+    t0, prefills, continued, decoded = time.perf_counter(), 0, 0, set()
     for n, t in shapes(n_max, t_max):
         pieces = [torch.randint(1, vocab, (k,), generator=gen).tolist() for k in split(t, n)]
         slots = cache.allocate(n)
         try:
             engine._run(pieces, slots, decode=False, last_only=True, return_hidden=False)
             prefills += 1
+            if 2 * max(map(len, pieces)) < cache.cfg.max_seq_len:
+                engine._run(pieces, slots, decode=False, last_only=True, return_hidden=False)
+                continued += 1
             if n not in decoded and (engine.graphs is None or not engine.graphs.covers(n)):
                 engine._run([[p[-1]] for p in pieces], slots, decode=True, last_only=True, return_hidden=False)
                 decoded.add(n)
@@ -98,4 +105,4 @@ def warm_up(engine: Engine, max_seqs: int | None = None, max_tokens: int | None 
             cache.release(slots)
     if engine.device.type == "cuda":
         torch.cuda.synchronize(engine.device)
-    return WarmupReport(prefills, len(decoded), time.perf_counter() - t0)
+    return WarmupReport(prefills, continued, len(decoded), time.perf_counter() - t0)
