@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -82,9 +83,9 @@ def sweep_space(t: int):
     if t <= 16:  # block_m, block_n, down_block_n, split_k, num_warps, num_stages
         grid = itertools.product([16], [16, 32, 64], [16, 32], [1, 4], [8], [2])
     elif t <= 128:
-        grid = itertools.product([16], [32, 64, 128], [32, 64], [1, 2], [8], [2])
+        grid = itertools.product([16], [32, 64, 128], [32, 64, 128], [1, 2], [4, 8], [2])
     else:
-        grid = itertools.product([64, 128], [64, 128], [64], [1], [4, 8], [2])
+        grid = itertools.product([64, 128], [64, 128], [64, 128], [1], [4, 8], [2])
     b = "s" if t <= 16 else "m" if t <= 128 else "l"
     for bm, bn, dbn, sk, nw, ns in grid:
         yield {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_down_block_n": dbn, f"{b}_split_k": sk,
@@ -96,6 +97,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 64, 2048, 8192])
     ap.add_argument("--sweep", action="store_true", help="also time a grid of launch configurations per T")
     ap.add_argument("--no-old", action="store_true", help="skip the current kernels (kernels.moe_nvfp4)")
+    ap.add_argument("--sweep-budget-s", type=float, default=None,
+                    help="stop sweeping a T after this many seconds (what was timed is kept)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_bench needs CUDA (run it on the H200)")
@@ -125,8 +128,11 @@ def main() -> None:
         row["meets_target"] = row["target_us"] is None or row["new_us"] <= row["target_us"]
         row["finite"] = bool(torch.isfinite(new).all())
         if args.sweep:
-            best = None
+            best, t0 = None, time.monotonic()
             for cfg in sweep_space(t):
+                if args.sweep_budget_s is not None and time.monotonic() - t0 > args.sweep_budget_s:
+                    print(f"  T={t}: sweep budget of {args.sweep_budget_s:.0f} s spent", flush=True)
+                    break
                 try:
                     us = bench(lambda: fused.moe_w4a16_triton(x, ids, tw, pk, **cfg))
                 except Exception as err:  # a configuration that does not compile or fit: report, go on
