@@ -61,12 +61,14 @@ class MoeBucket:
     num_stages: int
 
 
-#: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger), before any H200 sweep; 8 warps where
-#: 4 spilled registers when compiled for sm_90 (scripts/h200/moe_compile_check.py).
+#: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger). m and l are the fastest of
+#: ``scripts/h200/moe_bench.py --sweep`` on the H200 at T = 32 and 64 (m; 36 configurations) and T = 2,048
+#: (l, keeping block_m 64 for the T just above m_max_t; 16 configurations): 4 warps, although 4 spill
+#: registers in some tiles when compiled for sm_90 (scripts/h200/moe_compile_check.py). s is not swept yet.
 DEFAULTS = {
     "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=8, num_stages=2),
-    "m": MoeBucket(block_m=16, block_n=64, down_block_n=64, split_k=2, num_warps=8, num_stages=2),
-    "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=8, num_stages=2),
+    "m": MoeBucket(block_m=16, block_n=32, down_block_n=32, split_k=2, num_warps=4, num_stages=2),
+    "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=4, num_stages=2),
 }
 S_MAX_T = 16
 M_MAX_T = 128
