@@ -32,10 +32,13 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor,
         rows: the positions to return (ascending; ``harness.reference.row_index``); None: all T. The layers
             still run on every position (they are causal across them); only what comes back is cut.
     Returns:
-        ``outputs`` float32 [L, T, H] on CPU (layer l's output from input ``hidden[l]``) and ``logits`` float32
-        [T, V] on CPU (``lm_head(norm(hidden[L]))``); with ``rows``, [L, R, H] and [R, V].
+        ``outputs`` float32 [L, T, H] on CPU (layer l's output from input ``hidden[l]``), ``mixers`` float32
+        [L, T, H] on CPU (layer l's token mixer, ``self_attn`` or ``linear_attn``, on the normed ``hidden[l]``: its
+        output before the residual add) and ``logits`` float32 [T, V] on CPU (``lm_head(norm(hidden[L]))``); with
+        ``rows``, [L, R, H], [L, R, H] and [R, V].
     Raises:
         ValueError: ``hidden`` is not [L + 1, len(tokens), H] for this model, or is not finite.
+        RuntimeError: a decoder layer has no token mixer this knows (``MIXER_NAMES``).
     """
     inner = ref.model.model
     n_layers = len(inner.layers)
@@ -46,20 +49,24 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor,
     h = hidden.to(device=ref.device, dtype=ref.dtype)
     index = None if rows is None else row_index(rows, len(tokens), ref.device)
     outputs: list[torch.Tensor] = []
+    mixers: list[torch.Tensor] = []
 
     def feed(index: int):
         def pre(_module, args, kwargs):
             return (h[index].unsqueeze(0), *args[1:]), kwargs
         return pre
 
-    def grab(_module, _inputs, output):
-        out = output[0] if isinstance(output, tuple) else output
-        outputs.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu())
+    def grab(into: list[torch.Tensor]):
+        def hook(_module, _inputs, output):
+            out = output[0] if isinstance(output, tuple) else output
+            into.append((out[0] if index is None else out[0].index_select(0, index)).float().cpu())
+        return hook
 
     handles = []
     for l, layer in enumerate(inner.layers):
         handles.append(layer.register_forward_pre_hook(feed(l), with_kwargs=True))
-        handles.append(layer.register_forward_hook(grab))
+        handles.append(layer.register_forward_hook(grab(outputs)))
+        handles.append(token_mixer(layer).register_forward_hook(grab(mixers)))
     handles.append(inner.norm.register_forward_pre_hook(feed(n_layers), with_kwargs=True))
     try:
         logits = ref.model(input_ids=ref._ids(tokens), use_cache=False).logits[0]
@@ -67,6 +74,24 @@ def local_outputs(ref: Reference, tokens: list[int], hidden: torch.Tensor,
     finally:
         for handle in handles:
             handle.remove()
-    if len(outputs) != n_layers:
-        raise RuntimeError(f"captured {len(outputs)} layer outputs, expected {n_layers}")
-    return {"outputs": torch.stack(outputs), "logits": logits}
+    if len(outputs) != n_layers or len(mixers) != n_layers:
+        raise RuntimeError(f"captured {len(outputs)} layer outputs and {len(mixers)} token-mixer outputs, expected {n_layers}")
+    return {"outputs": torch.stack(outputs), "mixers": torch.stack(mixers), "logits": logits}
+
+
+#: Attribute names of a decoder layer's token mixer in HF models (Qwen3.5/3.6: ``self_attn`` on full-attention
+#: layers, ``linear_attn`` on Gated DeltaNet layers).
+MIXER_NAMES = ("self_attn", "linear_attn")
+
+
+def token_mixer(layer: torch.nn.Module) -> torch.nn.Module:
+    """The token-mixer submodule of one HF decoder layer (the one it owns of ``MIXER_NAMES``).
+
+    Raises:
+        RuntimeError: the layer owns none of them.
+    """
+    for name in MIXER_NAMES:
+        mod = getattr(layer, name, None)
+        if isinstance(mod, torch.nn.Module):
+            return mod
+    raise RuntimeError(f"{type(layer).__name__} has no token mixer named {' or '.join(MIXER_NAMES)}")

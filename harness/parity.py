@@ -213,6 +213,8 @@ def run_parity(
         max_hidden_rel_err=_worst([max(f.layer_errors) for f in figs if f.layer_errors]) if any(f.layer_errors for f in figs) else None,
         update_errors=run.update_errors, update_failures=run.failures, local_update_errors=run.local_update_errors,
         local_update_tolerances=run.local_update_tolerances, local_logits_err=run.local_logits_err,
+        mixer_local_errors=list(run.mixer_local_errors), mixer_local_tolerance=run.mixer_local_tolerance,
+        mixer_local_advisory=run.mixer_local_advisory, advisories=list(run.advisories),
         consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
         reference_consistency=dict(run.reference_consistency),
     )

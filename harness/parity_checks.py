@@ -10,6 +10,7 @@ import torch
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
 from harness.parity_metrics import (
     first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
+    mixer_local_errors,
     pooled_rows_error, pooled_sq_rows, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
 )
 from harness.parity_progress import Phase
@@ -55,6 +56,8 @@ class HiddenRun:
         engine_rows: ``engine`` at the R compared positions (the prompt rows of ``ReferenceRun.rows`` and the n
             continuation positions; all T when the reference kept every row), [L + 1, R, H].
         local: reference layer l run on ``engine[l]``, float32 [L, R, H] (``harness.layer_local``).
+        mixer: the engine's token-mixer outputs at the R positions, float32 [L, R, H].
+        local_mixer: reference layer l's token mixer run on ``engine[l]``, float32 [L, R, H].
         local_logits: ``lm_head(norm(engine[L]))`` by the reference, float32 [R, V].
         logits: the engine's own prefill logits at those positions, float32 [R, V] (the last n rows are the
             consistency's decode rows).
@@ -66,6 +69,8 @@ class HiddenRun:
     local: torch.Tensor
     local_logits: torch.Tensor
     logits: torch.Tensor
+    mixer: torch.Tensor
+    local_mixer: torch.Tensor
 
 
 def check_hidden(engine: EngineApi, reference: ReferenceCache, fig: PromptFigures, ref: ReferenceRun,
@@ -99,9 +104,20 @@ def check_hidden(engine: EngineApi, reference: ReferenceCache, fig: PromptFigure
     if tuple(logits.shape) != tuple(ref.logits.shape):
         fig.failures.append(f"hidden-state prefill logits of shape {tuple(logits.shape)}, expected {tuple(ref.logits.shape)}")
         return None
+    m = (res.get("mixer") or [None])[0]
+    want = (e.shape[0] - 1, logits.shape[0], e.shape[2])
+    if m is None or tuple(m.shape) != want:
+        got = "none" if m is None else f"shape {tuple(m.shape)}"
+        fig.failures.append(f"engine returned token-mixer outputs of {got} for return_hidden=True, expected {want} "
+                            "([L, R, H]: PrefillResult.mixer, docs/CONTRACTS.md)")
+        return None
+    if not torch.isfinite(m).all():
+        fig.failures.append("NaN/Inf in the token-mixer outputs of the hidden-state prefill")
+        return None
     local = reference.local(tokens, e, rows)
     e_rows = e if rows is None else e[:, rows]
-    return HiddenRun(e, r, e_rows, local["outputs"].float(), local["logits"].float(), logits)
+    return HiddenRun(e, r, e_rows, local["outputs"].float(), local["logits"].float(), logits, m.float(),
+                     local["mixers"].float())
 
 
 def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str, float]:
@@ -135,6 +151,10 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, to
                                                 drop=tol.local_drop, min_drop=tol.local_min_drop),
         local_update_tolerances=[tol.local_update(x) for x in storage_ratios([h.reference for h in hidden])],
         local_logits_err=pooled_rows_error([h.logits for h in hidden], [h.local_logits for h in hidden]),
+        mixer_local_errors=mixer_local_errors([h.mixer for h in hidden], [h.local_mixer for h in hidden],
+                                              drop=tol.local_drop, min_drop=tol.local_min_drop),
+        mixer_local_tolerance=tol.mixer_local(),
+        mixer_local_advisory=tol.mixer_advisory,
         reference_consistency=own,
     )
     for mode, seqs in runs.items():
@@ -149,6 +169,12 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, to
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
+    mixer = [f"layer-local token mixer of layers.{l} rel err {x:.3g} > {run.mixer_local_tolerance:.3g}"
+             for l, x in enumerate(run.mixer_local_errors) if not x <= run.mixer_local_tolerance]
+    if tol.mixer_advisory:
+        run.advisories += mixer
+    else:
+        run.failures += mixer
     run.failures += [f"pooled update of layers.{l} rel err {x:.3g} > {tol.update(l):.3g}"
                      for l, x in enumerate(run.update_errors or []) if not x <= tol.update(l)]
     if not run.local_logits_err <= tol.local_logits:

@@ -283,6 +283,34 @@ def local_update_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *
             for l in range(n)]
 
 
+def mixer_local_errors(engine: list[torch.Tensor], local: list[torch.Tensor], *, drop: float,
+                       min_drop: int = 0) -> list[float]:
+    """Per layer, the engine's token-mixer output against the reference's mixer run on the engine's own input,
+    pooled over prompts (docs/PARITY.md, "Token-mixer parity").
+
+    Why apart from the layer's update: the MoE of a layer can write ten times more into the residual stream than
+    its attention (the synthetic checkpoint: docs/results/h200-2026-12-04-b), so a cut of several per cent in the
+    attention moves the layer's update by less than bf16 noise. The mixer's own output has no residual in it.
+
+    Args:
+        engine, local: per prompt, [L, R, H] (the same R positions).
+        drop, min_drop: as :func:`pooled_rows_error`, per layer.
+    Returns:
+        L floats, ``inf`` on NaN.
+    Raises:
+        ValueError: unequal lists or shapes.
+    """
+    if not engine or len(engine) != len(local):
+        raise ValueError(f"mixer_local_errors needs matching non-empty lists, got {len(engine)} and {len(local)}")
+    for e, r in zip(engine, local, strict=True):
+        if e.ndim != 3 or tuple(e.shape) != tuple(r.shape):
+            raise ValueError(f"engine mixer outputs {tuple(e.shape)} and reference ones {tuple(r.shape)}: expected "
+                             "equal [L, R, H]")
+    return [pooled_rows_error([e[l].double() for e in engine], [r[l].double() for r in local], drop=drop,
+                              min_drop=min_drop)
+            for l in range(engine[0].shape[0])]
+
+
 def storage_ratios(reference: list[torch.Tensor]) -> list[float]:
     """Per layer l, ``‖h[l+1]‖ / ‖h[l+1] − h[l]‖`` of the reference's hidden states [L + 1, T_p, H], each norm
     pooled over every prompt's tokens: how large the residual stream is against layer l's update (L floats).

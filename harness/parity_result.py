@@ -64,6 +64,11 @@ class RunFigures:
         local_update_tolerances: per layer [L], the threshold ``Tolerance.local_update`` of that layer's storage ratio.
         local_logits_err: the engine's prefill logits against the reference's final norm + ``lm_head``
             on the engine's ``h[L]`` (``Tolerance.local_logits``).
+        mixer_local_errors: per layer [L], the engine's token-mixer output against the reference's mixer run on the
+            engine's own ``h[l]``, pooled like ``local_update_errors`` (``Tolerance.mixer_local``).
+        mixer_local_tolerance: its threshold, one for every layer.
+        mixer_local_advisory: True where that threshold is not calibrated yet (a CUDA device): its failures go to
+            ``advisories``, not ``failures``.
         consistency: ``prefill alone``, ``decode alone``, ``prefill batched``, ``decode batched`` (and ``prefill wide``,
             ``decode wide`` when the wide batch ran: ``parity_checks.evaluate``): the engine's
             teacher-forced logits (prompt rows and decode rows apart) against the logits of its own hidden-state
@@ -73,16 +78,21 @@ class RunFigures:
         reference_consistency: ``prefill``, ``decode``: HF's own cached path against its uncached forward on the
             same prompts, pooled alike (``harness.reference_cached``); empty when not measured.
         failures: every run-level check over its tolerance, in words.
+        advisories: checks over their threshold that do not fail the run (``mixer_local_advisory``), in words.
     """
 
     update_errors: list[float] | None = None
     local_update_errors: list[float] | None = None
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
+    mixer_local_errors: list[float] = field(default_factory=list)
+    mixer_local_tolerance: float = math.nan
+    mixer_local_advisory: bool = False
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
     reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    advisories: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -111,8 +121,9 @@ class ParityResult:
             (``parity_metrics.pooled_update_errors``), held to ``Tolerance.update(l)``; None when not measured.
         update_failures: every run-level check over its tolerance (pooled update, layer-local update and
             logits, consistency; ``RunFigures.failures``): each makes a red result.
-        local_update_errors, local_update_tolerances, local_logits_err, consistency, consistency_tolerances,
-            reference_consistency: the run-level figures of ``RunFigures``.
+        local_update_errors, local_update_tolerances, local_logits_err, mixer_local_errors, mixer_local_tolerance,
+            mixer_local_advisory, consistency, consistency_tolerances, reference_consistency, advisories: the
+            run-level figures of ``RunFigures``.
     """
 
     ok: bool
@@ -139,9 +150,13 @@ class ParityResult:
     local_update_errors: list[float] | None = None
     local_update_tolerances: list[float] | None = None
     local_logits_err: float = math.nan
+    mixer_local_errors: list[float] = field(default_factory=list)
+    mixer_local_tolerance: float = math.nan
+    mixer_local_advisory: bool = False
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
     reference_consistency: dict[str, float] = field(default_factory=dict)
+    advisories: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -197,8 +212,14 @@ def format_table(result: ParityResult) -> str:
             dec += " (HF's own: " + ", ".join(f"{m} {x:.2e}" for m, x in result.reference_consistency.items()) + ")"
         lines.append("layer-local update " + " ".join(f"{x:.2e}" for x in result.local_update_errors)
                      + f", final norm + lm_head {result.local_logits_err:.2e}, consistency {dec or '-'}")
+    if result.mixer_local_errors:
+        lines.append("layer-local token mixer " + " ".join(f"{x:.2e}" for x in result.mixer_local_errors)
+                     + f" (threshold {result.mixer_local_tolerance:.3g}"
+                     + (", advisory: not yet calibrated on this device)" if result.mixer_local_advisory else ")"))
     for f in result.update_failures:
         lines.append(f"FAIL: {f}")
+    for f in result.advisories:
+        lines.append(f"advisory: {f}")
     if result.error:
         lines.append(f"engine error: {result.error}")
     return "\n".join(lines)

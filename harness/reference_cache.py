@@ -114,7 +114,7 @@ class ReferenceCache:
 
     def local(self, tokens: list[int], hidden: torch.Tensor, rows: list[int] | None = None) -> dict[str, torch.Tensor]:
         """Every reference layer run on the engine's own input to it (``harness.layer_local.local_outputs``):
-        ``outputs`` float32 [L, T, H] and ``logits`` [T, V] (R rows instead of T with ``rows``). Not memoised:
+        ``outputs`` and ``mixers`` float32 [L, T, H] and ``logits`` [T, V] (R rows instead of T with ``rows``). Not memoised:
         ``hidden`` is an engine's."""
         return self._ready().call("reference.local", tokens=list(tokens), hidden=hidden,
                                   rows=None if rows is None else [int(r) for r in rows])

@@ -51,6 +51,8 @@ class Tolerance:
             (``consistency_for``).
         consistency_anchor_k: the threshold is at least this many times HF's own figure on the same rows
             (``consistency_threshold``); 0: no anchor (the CPU, where the thresholds were set against a float32 HF).
+        mixer_advisory: the token-mixer check (``mixer_local``) is recorded but fails nothing (a device where its
+            threshold has not been measured yet: CUDA, ``for_device``).
     """
 
     engine_dtype: str
@@ -76,6 +78,7 @@ class Tolerance:
     consistency_min_rows: int = 0
     consistency_min_prompts: int = 0
     consistency_anchor_k: float = 0.0
+    mixer_advisory: bool = False
 
     def consistency_threshold(self, rows: int, reference: float | None, prompts: int | None = None) -> float:
         """The threshold of a consistency figure pooled over ``rows`` kept rows of ``prompts`` prompts when HF's own
@@ -118,7 +121,15 @@ class Tolerance:
         if not str(device).startswith("cuda"):
             return self
         return replace(self, local_k=self.local_k * CUDA_LOCAL_SCALE, local_logits=self.local_logits * CUDA_LOCAL_SCALE,
-                       consistency=self.consistency * CUDA_CONSISTENCY_SCALE, consistency_anchor_k=K_CONSISTENCY_ANCHOR)
+                       consistency=self.consistency * CUDA_CONSISTENCY_SCALE, consistency_anchor_k=K_CONSISTENCY_ANCHOR,
+                       mixer_advisory=True)
+
+    def mixer_local(self) -> float:
+        """Threshold of a layer's token-mixer output against the reference's mixer on the engine's own input
+        (``parity_metrics.mixer_local_errors``): ``local_update`` at storage ratio 1, since the mixer's output is
+        itself the bf16 tensor compared (no residual stream in it): ``local_k · sqrt(local_noise² + BF16_U²/3)``.
+        The compute noise is the whole layer's anchor figure, an upper bound for its mixer alone."""
+        return self.local_update(1.0)
 
     def local_update(self, storage_ratio: float) -> float:
         """Threshold of one layer's layer-local update error (docs/PARITY.md, "Layer-local parity"):

@@ -134,16 +134,20 @@ def _rows(x, keep: list[int] | None = None, dim: int = 0) -> torch.Tensor:
 
 
 def engine_prefill(prompts: list[list[int]], return_hidden: bool = False, rows: list[list[int] | None] | None = None) -> dict:
-    """``rows``: per prompt, the logit rows to send back (None: all); hidden states always come back whole."""
+    """``rows``: per prompt, the logit rows to send back (None: all); the token-mixer outputs come back at the
+    same rows (dim 1 of [L, T, H]); hidden states always come back whole."""
     res = _state["engine"].prefill([list(map(int, p)) for p in prompts], return_hidden=bool(return_hidden))
     hidden = getattr(res, "hidden", None)
+    mixer = getattr(res, "mixer", None)
     keep = list(rows) if rows is not None else [None] * len(prompts)
     if len(keep) != len(prompts):
         raise ValueError(f"{len(keep)} row lists for {len(prompts)} prompts")
     logits = list(res.logits)
+    keep = keep + [None] * (len(logits) - len(keep))
     return {"slots": [int(s) for s in res.slots],
-            "logits": [_rows(lg, _opt_ints(k)) for lg, k in zip(logits, keep + [None] * (len(logits) - len(keep)))],
-            "hidden": None if hidden is None else [_rows(h) for h in hidden]}
+            "logits": [_rows(lg, _opt_ints(k)) for lg, k in zip(logits, keep)],
+            "hidden": None if hidden is None else [_rows(h) for h in hidden],
+            "mixer": None if mixer is None else [_rows(m, _opt_ints(k), dim=1) for m, k in zip(mixer, keep)]}
 
 
 def engine_decode(slots: list[int], tokens: list[int]) -> torch.Tensor:

@@ -296,6 +296,32 @@ def test_local_update_errors_and_storage_ratios():
         local_update_errors([h], [local[:2]], drop=0.0)
 
 
+def test_mixer_local_errors_pool_each_layer_apart():
+    from harness.parity_metrics import mixer_local_errors
+
+    g = torch.Generator().manual_seed(1)
+    ref = [torch.randn(3, 40, 8, generator=g), torch.randn(3, 25, 8, generator=g)]  # [L, R, H] per prompt
+    assert mixer_local_errors([r.clone() for r in ref], ref, drop=0.0) == [0.0, 0.0, 0.0]
+    cut = [r.clone() for r in ref]
+    for c in cut:
+        c[2] *= 0.97  # layer 2's mixer 3 % low on every prompt
+    errs = mixer_local_errors(cut, ref, drop=0.0)
+    assert errs[0] == errs[1] == 0.0 and errs[2] == pytest.approx(0.03)
+    cut[0][1, 5, 0] = math.nan
+    assert mixer_local_errors(cut, ref, drop=0.0)[1] == math.inf
+    with pytest.raises(ValueError, match="equal"):
+        mixer_local_errors([ref[0][:2]], [ref[0]], drop=0.0)
+
+
+def test_mixer_threshold_is_the_storage_free_layer_local_one_and_advisory_on_cuda():
+    from harness.tolerances import get_tolerance
+
+    cpu = get_tolerance("bfloat16", "float32")
+    assert cpu.mixer_local() == pytest.approx(cpu.local_update(1.0)) and not cpu.mixer_advisory
+    assert 0.01 < cpu.mixer_local() < 0.03  # honest tiny engine at most 0.0115 (layers.3), a 3 % cut 0.031
+    assert cpu.for_device("cuda").mixer_advisory and not cpu.for_device("cpu").mixer_advisory
+
+
 def test_layer_local_outputs_reproduce_the_reference_on_its_own_states(reference):
     from harness.layer_local import local_outputs
 
@@ -305,6 +331,16 @@ def test_layer_local_outputs_reproduce_the_reference_on_its_own_states(reference
     assert out["outputs"].shape == h[1:].shape and out["logits"].shape == (len(tokens), reference.vocab_size)
     assert torch.allclose(out["outputs"], h[1:], atol=1e-4, rtol=1e-4)  # fed its own inputs: its own outputs
     assert torch.allclose(out["logits"], reference.logits(tokens), atol=1e-4, rtol=1e-4)
+    # each layer's token mixer on its own input: what the layer writes before its MLP, so the mixer output and
+    # the MLP's on h + mixer add up to the layer's update
+    layers = reference.model.model.layers
+    assert out["mixers"].shape == h[1:].shape and out["mixers"].abs().sum() > 0
+    with torch.no_grad():
+        for l, layer in enumerate(layers):
+            mid = h[l] + out["mixers"][l]
+            mlp = layer.mlp(layer.post_attention_layernorm(mid.unsqueeze(0)))
+            mlp = (mlp[0] if isinstance(mlp, tuple) else mlp)[0]
+            assert torch.allclose(mid + mlp, h[l + 1], atol=1e-4, rtol=1e-4), l
     moved = h.clone()
     moved[3] = moved[3] * 1.5  # layer 3's input changed: layer 3's output follows it, layer 2's does not
     other = local_outputs(reference, tokens, moved)

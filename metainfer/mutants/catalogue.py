@@ -62,6 +62,7 @@ REF = "engine/kernels/reference.py"
 REF_PRE = "engine/kernels/reference_prefill.py"
 W = "engine/weights.py"
 ATT = "engine/attention.py"
+MODEL = "engine/model.py"
 GDN = "engine/gdn.py"
 MOE = "engine/moe.py"
 K = "engine/kernels/"
@@ -117,6 +118,11 @@ MUTANTS: tuple[Mutant, ...] = (
         Edit(OPS_ATT, "return o * torch.sigmoid(gate)", "return o * 0.5"),
         Edit(OPS_ATT, "out = round_bf16(out * round_bf16(tl.sigmoid(b_g.to(tl.float32))))", "out = round_bf16(out * 0.5)"),
     )),
+    # a cut of a few per cent in the token mixer: at full size the layer's MoE writes about 10x more into the
+    # residual stream than its attention (docs/results/h200-2026-12-04-b), so only the mixer's own output shows it
+    Mutant("attn_out_scaled", "full attention's output 3 % low (a few-per-cent cut in the token mixer)", "shared", (
+        Edit(MODEL, "mix = attention_forward(", "mix = 0.97 * attention_forward("),
+    )),
     Mutant("rope_fast_pairs_dropped", "RoPE skips the faster half of the rotary pairs", "shared", (
         Edit(ATT, "emb = torch.cat([freqs, freqs], dim=-1)",
              "freqs = freqs * (torch.arange(freqs.shape[1], device=freqs.device) >= freqs.shape[1] // 2)\n"
@@ -150,6 +156,9 @@ MUTANTS: tuple[Mutant, ...] = (
              "b_g = -tl.load(alog_ptr + i_h).to(tl.float32) * _softplus(b_a)"),
         Edit(OPS_GDN, "g = -A_log.float().exp() * F.softplus(", "g = -A_log.float() * F.softplus("),
         Edit(OPS_GDN, "-tl.exp(b_alog) * _softplus(", "-b_alog * _softplus("),
+    )),
+    Mutant("gdn_out_scaled", "Gated DeltaNet's output 3 % low (a few-per-cent cut in the token mixer)", "shared", (
+        Edit(MODEL, "mix = gdn_forward(", "mix = 0.97 * gdn_forward("),
     )),
     Mutant("gdn_beta_constant", "GDN beta = sigmoid(b) replaced by the constant 0.5", "reference+triton", (
         Edit(GDN, "beta = torch.sigmoid(b.float())", "beta = torch.sigmoid(0 * b.float())"),

@@ -121,6 +121,10 @@ def _margins(result) -> str:
     out = f"; local layers.{worst} {local[worst]:.3g} ({local[worst] / limits[worst]:.2f} of its threshold)"
     if tol.get("local_logits"):
         out += f", lm_head {result.local_logits_err:.3g} ({result.local_logits_err / tol['local_logits']:.2f})"
+    mixer, m_tol = getattr(result, "mixer_local_errors", None), getattr(result, "mixer_local_tolerance", None)
+    if mixer and m_tol:
+        l = max(range(len(mixer)), key=lambda i: mixer[i])
+        out += f", mixer layers.{l} {mixer[l]:.3g} ({mixer[l] / m_tol:.2f}{' advisory' if result.mixer_local_advisory else ''})"
     if result.consistency and tol.get("consistency"):
         name, x = max(result.consistency.items(), key=lambda kv: kv[1])
         out += f", consistency {name} {x:.3g} ({x / result.consistency_tolerances.get(name, tol['consistency']):.2f})"

@@ -27,10 +27,12 @@ from .weights import Weights
 @dataclass
 class ForwardOut:
     """``logits`` fp32 [R, V] for the requested rows; ``hidden`` fp32 [L+1, T, H] (index 0 the
-    embeddings, l+1 the output of layer l before the final norm) or None."""
+    embeddings, l+1 the output of layer l before the final norm) and ``mixer`` fp32 [L, T, H] (layer l's
+    token mixer output, attention or Gated DeltaNet, before its residual add), or None."""
 
     logits: torch.Tensor
     hidden: torch.Tensor | None
+    mixer: torch.Tensor | None = None
 
 
 class Model:
@@ -52,7 +54,8 @@ class Model:
 
         Args:
             rows: int64 [R], the packed rows to compute logits for (None: all T rows).
-            return_hidden: also return every layer's output hidden states (fp32, for parity bisection).
+            return_hidden: also return every layer's output hidden states and token-mixer outputs (fp32, for
+                parity: the judge compares each mixer apart, since the MoE writes more into the residual stream).
         Returns:
             ``ForwardOut``.
         """
@@ -60,6 +63,7 @@ class Model:
         eps = d.rms_norm_eps
         h = F.embedding(batch.tokens, self.w.embed)  # [T, H] bf16
         hidden = [h.float()] if return_hidden else None
+        mixers: list[torch.Tensor] = []
         mlp_out = None
         cos_sin = self.rope.cos_sin(batch.positions) if self.dims.full_attention_layers else None  # once per forward
         kv_loc = cache.kv.locate(batch.token_slots, batch.positions) if self.dims.full_attention_layers else None  # same
@@ -70,6 +74,8 @@ class Model:
                                        self.tunables.attention_prefill_ops, kv_loc)
             else:
                 mix = gdn_forward(x, layer.gdn, i, batch, cache, d, self.tunables)
+            if hidden is not None:
+                mixers.append(mix.float())
             x, h = kernels.rmsnorm(mix, layer.post_norm, eps, residual=h)
             mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)
             if hidden is not None:
@@ -77,7 +83,8 @@ class Model:
         x, _ = kernels.rmsnorm(mlp_out, self.w.norm, eps, residual=h)
         if rows is not None:
             x = x[rows]
-        return ForwardOut(self.lm_head(x), torch.stack(hidden) if hidden is not None else None)
+        mixer = torch.stack(mixers) if hidden is not None else None
+        return ForwardOut(self.lm_head(x), torch.stack(hidden) if hidden is not None else None, mixer)
 
     def lm_head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [R, V] of final-normed x bf16 [R, H], accumulated in fp32 and never rounded to bf16

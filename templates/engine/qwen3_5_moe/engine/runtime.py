@@ -34,11 +34,14 @@ class PrefillResult:
         logits: fp32 [T_i, V] per prompt, one row per prompt token.
         hidden: fp32 [L+1, T_i, H] per prompt (index 0 the embeddings, l+1 the output of layer l
             before the final norm), or None unless ``return_hidden``.
+        mixer: fp32 [L, T_i, H] per prompt, layer l's token-mixer output (attention or Gated DeltaNet, before
+            its residual add), or None unless ``return_hidden``.
     """
 
     slots: list[int]
     logits: list[torch.Tensor]
     hidden: list[torch.Tensor] | None = None
+    mixer: list[torch.Tensor] | None = None
 
 
 class Engine:
@@ -113,7 +116,7 @@ class Engine:
             prompts: token ids per sequence (each non-empty, ids in [0, V)).
             slots: None to start new sequences in fresh slots; else the slots of live
                 sequences to continue (chunked prefill), one per prompt.
-            return_hidden: also return per-layer hidden states (parity bisection).
+            return_hidden: also return per-layer hidden states and token-mixer outputs (parity).
         Returns:
             ``PrefillResult``.
         Raises:
@@ -144,8 +147,11 @@ class Engine:
         for p in prompts:
             cu.append(cu[-1] + len(p))
         logits = [out.logits[cu[i] : cu[i + 1]] for i in range(len(prompts))]
-        hidden = [out.hidden[:, cu[i] : cu[i + 1]] for i in range(len(prompts))] if return_hidden else None
-        return PrefillResult(slots, logits, hidden)
+        if not return_hidden:
+            return PrefillResult(slots, logits)
+        hidden = [out.hidden[:, cu[i] : cu[i + 1]] for i in range(len(prompts))]
+        mixer = [out.mixer[:, cu[i] : cu[i + 1]] for i in range(len(prompts))]
+        return PrefillResult(slots, logits, hidden, mixer)
 
     def decode(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
         """Feed one token to each live sequence; returns fp32 logits [B, V] (row i for ``slots[i]``).
