@@ -26,26 +26,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--compare-swap", action="store_true",
-                    help="also time the op with and without swap_ab in its bucket (CUDA graph) and check the outputs are equal bit for bit")
     a = ap.parse_args()
     fused, pack = load("ops.moe_fused"), load("ops.moe_pack")
     pk = pack.pack_experts(*random_experts(E + 1, 0))
     ids, w = routing(a.tokens, 1)
     x = torch.randn(a.tokens, pk.hidden, device="cuda", dtype=torch.bfloat16)
-    if a.compare_swap:
-        from moe_bench import bench
-        b = fused.pick_bucket(a.tokens, {})
-        name = "s" if a.tokens <= fused.S_MAX_T else "m" if a.tokens <= fused.M_MAX_T else "l"
-        outs, times = {}, {}
-        for swap in (False, True):
-            kw = {f"{name}_swap_ab": swap}
-            outs[swap] = fused.moe_w4a16(x, ids, w, pk, **kw)
-            times[swap] = bench(lambda: fused.moe_w4a16(x, ids, w, pk, **kw))
-        same = torch.equal(outs[False], outs[True])
-        diff = (outs[False].float() - outs[True].float()).abs().max().item()
-        print(f"T={a.tokens} bucket {name} ({b}): unswapped {times[False]:.1f} us, swapped {times[True]:.1f} us; "
-              f"bitwise equal {same} (max |diff| {diff:.3g})")
     for _ in range(5):
         fused.moe_w4a16(x, ids, w, pk)
     torch.cuda.synchronize()

@@ -50,9 +50,7 @@ class MoeBucket:
 
     block_m: pairs per row block (≥ 16; 64/128 give wgmma tiles); block_n / down_block_n: output
     columns per program of gate_up (N = I) and of down (N = H); split_k: programs along K of gate_up (1 = no split; K = H is cut
-    in whole chunks of 512, so at most 4 at H = 2048); num_warps, num_stages: Triton launch keywords; swap_ab: the weights
-    as the dot's first operand, decoded in bf16 pairs (``ops/moe_swap.py``; the same numbers, fewer instructions where the
-    decode bounds the kernel: few pairs per block).
+    in whole chunks of 512, so at most 4 at H = 2048); num_warps, num_stages: Triton launch keywords.
     """
 
     block_m: int
@@ -61,7 +59,6 @@ class MoeBucket:
     split_k: int
     num_warps: int
     num_stages: int
-    swap_ab: bool = False
 
 
 #: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger). m and l are the fastest of
@@ -69,8 +66,8 @@ class MoeBucket:
 #: (l, keeping block_m 64 for the T just above m_max_t; 16 configurations): 4 warps, although 4 spill
 #: registers in some tiles when compiled for sm_90 (scripts/h200/moe_compile_check.py). s is not swept yet.
 DEFAULTS = {
-    "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=8, num_stages=2, swap_ab=True),
-    "m": MoeBucket(block_m=16, block_n=32, down_block_n=32, split_k=2, num_warps=4, num_stages=2, swap_ab=True),
+    "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=8, num_stages=2),
+    "m": MoeBucket(block_m=16, block_n=32, down_block_n=32, split_k=2, num_warps=4, num_stages=2),
     "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=4, num_stages=2),
 }
 S_MAX_T = 16
@@ -131,7 +128,7 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
     sg13, sg2 = pk.w13.shape[2] // 144, pk.w2.shape[2] // 144
     n_chunks = triton.cdiv(sg13, CHUNK_SG)
     split = max(1, min(cfg.split_k, n_chunks))
-    kw = dict(BLOCK_M=cfg.block_m, CHUNK_SG=CHUNK_SG, SWAP=bool(cfg.swap_ab), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    kw = dict(BLOCK_M=cfg.block_m, CHUNK_SG=CHUNK_SG, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     h = new_empty((n_pairs, inter), torch.bfloat16, out_dev)
     if split > 1:
         part = new_empty((n_chunks, n_pairs, 2 * inter), torch.float32, out_dev)

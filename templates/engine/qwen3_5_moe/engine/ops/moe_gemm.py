@@ -35,7 +35,6 @@ from ._triton import HAVE_TRITON, tl, triton
 
 if HAVE_TRITON:
     from ..kernels._common import INTERPRET, e2m1_word_pair, round_bf16
-    from .moe_swap import SWAP_UNSCALE, _sg_dots_t
 
 CHUNK_SG = 2  # super-groups per chunk of the fixed summation order (512 K elements)
 
@@ -62,12 +61,8 @@ def _dot(a, b, acc):
     """acc + a @ b (bf16 tiles, fp32 accumulation). Under the interpreter as a broadcast product summed
     over K: numpy's matmul rounds a row differently depending on its position and the row count, which
     would hide (or fake) a batch dependence; on a GPU the tensor-core ``tl.dot``."""
-    if INTERPRET:  # K = 32: two k16 blocks added in order, as the tensor cores and ``moe_swap._dot_t`` take them
-        p = a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :]  # [M, 32, N]
-        s = tl.sum(tl.reshape(p, [p.shape[0], 2, 16, p.shape[2]]), axis=2)  # [M, 2, N]
-        o_2 = tl.arange(0, 2)[None, :, None]
-        acc = acc + tl.sum(tl.where(o_2 == 0, s, 0.0), axis=1)
-        return acc + tl.sum(tl.where(o_2 == 1, s, 0.0), axis=1)
+    if INTERPRET:
+        return acc + tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
     else:
         return tl.dot(a, b, acc)
 
@@ -126,35 +121,19 @@ def _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT: tl.constexpr, BLOCK_M: tl.
 
 @triton.jit
 def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi, N_SG,
-            A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            SWAP: tl.constexpr):
-    """The fp32 sums [BLOCK_M, BLOCK_N] over the chunks [c_lo, c_hi) of K, each chunk accumulated from zero and added
-    in order. SWAP: computed transposed with the weights as first operand (``ops/moe_swap.py``), the same numbers."""
-    if SWAP:
-        tot = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        tot_up = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    else:
-        tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The fp32 sums over the chunks [c_lo, c_hi) of K, each chunk accumulated from zero and added in order."""
+    tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for c in range(c_lo, c_hi):
-        if SWAP:
-            acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            acc_up = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
-                acc, acc_up = _sg_dots_t(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
-                                         row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
-        else:
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
-                acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
-                                       row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
+            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
+                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
         tot += acc
         tot_up += acc_up
-    if SWAP:  # back to [BLOCK_M, BLOCK_N] and × 2^10 (exact)
-        return tl.trans(tot) * SWAP_UNSCALE, tl.trans(tot_up) * SWAP_UNSCALE
-    else:
-        return tot, tot_up
+    return tot, tot_up
 
 
 @triton.jit
@@ -163,7 +142,7 @@ def _moe_gemm_kernel(
     P, N, K_TRUE, N_SG, ROW_WORDS, E,
     stride_am, stride_we, stride_ge, stride_cm, stride_cc,
     A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr, DIRECT: tl.constexpr,
-    CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWAP: tl.constexpr,
+    CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (GATED: N = I, the up
     rows follow at N). w32_ptr / w8_ptr: the packed weights as int32 / uint8 (stride_we and
@@ -186,13 +165,13 @@ def _moe_gemm_kernel(
     if GATED and SPLIT_K > 1:  # each chunk's raw sums; _combine_kernel adds them in order
         for c in range(c_lo, c_hi):
             acc, acc_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c, c + 1,
-                                  N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, SWAP)
+                                  N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
             p_c = c_ptr + c * stride_cc + o_r[:, None] * stride_cm + o_n[None, :]
             tl.store(p_c, acc, mask=m_c)
             tl.store(p_c + N, acc_up, mask=m_c)
     else:
         tot, tot_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi,
-                              N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, SWAP)
+                              N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
         if GATED:
             b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + i_e * stride_ge), tl.load(g_ptr + i_e * stride_ge + 1))
             tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_h.to(tl.bfloat16), mask=m_c)
@@ -227,8 +206,7 @@ def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, E
 @triton.jit
 def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, N, K_TRUE, N_SG, ROW_WORDS, E,
                        stride_hm, stride_we, stride_om,
-                       TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       SWAP: tl.constexpr):
+                       TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Down projection and the k-sum in one, token-major (T = 1, where each pair is a distinct expert):
     grid (T, cdiv(N, BLOCK_N)); program t adds its pairs' ``y = (h_p W_eᵀ)·g_e·w_p`` in increasing j,
     each computed as in ``_moe_gemm_kernel`` (row 0 of a block) and summed as ``moe_reduce`` does, so
@@ -248,7 +226,7 @@ def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, 
             o_r = tl.where(m_r, i_p, 0).to(tl.int64)
             row = i_e * stride_we + o_n.to(tl.int64) * ROW_WORDS
             tot, _unused = _k_sums(h_ptr, o_r, m_r, stride_hm, K_TRUE, w32_ptr, w8_ptr, row, row, m_n, 0, n_chunks,
-                                   N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N, SWAP)
+                                   N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N)
             b_y = tot * tl.load(g_ptr + i_e) * tl.load(tw_ptr + i_p)
             b_out += tl.sum(tl.where(m_r[:, None], b_y, 0.0), axis=0)
     tl.store(out_ptr + i_t * stride_om + o_n, round_bf16(b_out).to(tl.bfloat16), mask=m_n)
