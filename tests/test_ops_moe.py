@@ -130,8 +130,8 @@ def test_align_matches_reference(dist, t, block_m, n_valid):
 # ---------------------------------------------------------------- the fused op
 E, TOP_K = 7, 3  # expert 6 plays the stacked shared expert (in every token's last pair)
 BUCKETS = {
-    "s-split3": {"s_block_m": 16, "s_block_n": 16, "s_split_k": 3},
-    "s": {"s_block_m": 16, "s_block_n": 32, "s_split_k": 1},
+    "s-split3": {"s_max_t": 128, "s_block_m": 16, "s_block_n": 16, "s_split_k": 3},
+    "s": {"s_max_t": 128, "s_block_m": 16, "s_block_n": 32, "s_split_k": 1},
     "m-split2": {"s_max_t": 0, "m_block_m": 32, "m_block_n": 16, "m_split_k": 2},
     "l": {"s_max_t": 0, "m_max_t": 0, "l_block_m": 64, "l_block_n": 32, "l_split_k": 1},
 }

@@ -88,8 +88,9 @@ def sweep_space(t: int):
         grid = itertools.product([64, 128], [64, 128], [64, 128], [1], [4, 8], [2])
     b = "s" if t <= 16 else "m" if t <= 128 else "l"
     for bm, bn, dbn, sk, nw, ns in grid:
-        yield {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_down_block_n": dbn, f"{b}_split_k": sk,
+        cfg = {f"{b}_block_m": bm, f"{b}_block_n": bn, f"{b}_down_block_n": dbn, f"{b}_split_k": sk,
                f"{b}_num_warps": nw, f"{b}_num_stages": ns}
+        yield {"s_max_t": t, **cfg} if b == "s" else cfg  # the s bucket serves T = 1 by default: widen it to T
 
 
 def main() -> None:
