@@ -2,6 +2,7 @@
 current ``kernels.moe_nvfp4``, at the real shapes, with random NVFP4 weights (no checkpoint).
 
     python scripts/h200/moe_bench.py [--tokens 1 32 64 2048 8192] [--sweep]
+    MOE_ENGINE_DIR=/path/to/engine python scripts/h200/moe_bench.py ...   # another copy of the engine's ops
 
 Per layer: H = 2048, I = 512, 256 routed experts + the shared one stacked as expert 256, k = 9 pairs
 per token (8 routed, uniform routing, + the shared expert), timed inside a CUDA graph
@@ -28,7 +29,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE_DIR = ROOT / "templates/engine/qwen3_5_moe/engine"
+#: the engine whose ops are timed: the template, or another copy of it (MOE_ENGINE_DIR, e.g. main's beside a branch's,
+#: to time both in one device call)
+ENGINE_DIR = Path(os.environ.get("MOE_ENGINE_DIR") or ROOT / "templates/engine/qwen3_5_moe/engine")
 PKG = "_engine_moe_bench"
 H, I, E, TOPK = 2048, 512, 256, 8
 BW = 4.8e12
