@@ -6,7 +6,7 @@ CPU parity lengths, each prompt followed by ``steps`` seeded random tokens) with
 held to, HF-bf16 in the engine's place, the float32 HF model as the reference:
 
 - ``local_update``: per layer, HF-bf16's update ``h[l+1] − h[l]`` against fp32 layer l run on HF-bf16's ``h[l]``,
-  pooled over every token but the worst ``drop`` (``parity_metrics.local_update_errors``);
+  pooled over every token but the worst ``drop`` (``parity_local_metrics.local_update_errors``);
 - ``local_logits``: HF-bf16's logits against the fp32 final norm + ``lm_head`` on its ``h[L]``;
 - ``consistency``: HF-bf16's cached decode logits (its recurrent GDN step and KV cache) against its own
   uncached forward of the same tokens (chunked GDN), pooled over the decode rows but the worst ``decode_drop``.
@@ -22,7 +22,8 @@ import json
 import torch
 
 from harness.layer_local import local_outputs
-from harness.parity_metrics import local_update_errors, pooled_rows_error, storage_ratios
+from harness.parity_local_metrics import local_update_errors, storage_ratios
+from harness.parity_metrics import pooled_rows_error
 from harness.prompts import CPU_LENGTHS, DECODE_STEPS, make_prompts
 from harness.reference import Reference
 from harness.tolerances import BF16_U

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
+from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, local_update_errors, max_abs,
-    mixer_local_errors,
-    pooled_rows_error, pooled_sq_rows, pooled_update_errors, rel_l2, storage_ratios, trivial_reason,
+    first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
+    pooled_update_errors, rel_l2, trivial_reason,
 )
 from harness.parity_progress import Phase
 from harness.parity_result import PromptFigures, RunFigures

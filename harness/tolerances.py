@@ -127,7 +127,7 @@ class Tolerance:
 
     def mixer_local(self) -> float:
         """Threshold of a layer's token-mixer output against the reference's mixer on the engine's own input
-        (``parity_metrics.mixer_local_errors``): ``local_update`` at storage ratio 1, since the mixer's output is
+        (``parity_local_metrics.mixer_local_errors``): ``local_update`` at storage ratio 1, since the mixer's output is
         itself the bf16 tensor compared (no residual stream in it): ``local_k · sqrt(local_noise² + BF16_U²/3)``.
         The compute noise is the whole layer's anchor figure, an upper bound for its mixer alone."""
         return self.local_update(1.0)

@@ -280,7 +280,7 @@ def test_pooled_update_errors_leave_out_a_flipped_token_but_not_a_wrong_layer():
 
 
 def test_local_update_errors_and_storage_ratios():
-    from harness.parity_metrics import local_update_errors, storage_ratios
+    from harness.parity_local_metrics import local_update_errors, storage_ratios
 
     g = torch.Generator().manual_seed(0)
     h = torch.randn(4, 50, 8, generator=g).cumsum(0)  # [L + 1, T, H]: three layers' residual updates
@@ -297,7 +297,7 @@ def test_local_update_errors_and_storage_ratios():
 
 
 def test_mixer_local_errors_pool_each_layer_apart():
-    from harness.parity_metrics import mixer_local_errors
+    from harness.parity_local_metrics import mixer_local_errors
 
     g = torch.Generator().manual_seed(1)
     ref = [torch.randn(3, 40, 8, generator=g), torch.randn(3, 25, 8, generator=g)]  # [L, R, H] per prompt
