@@ -19,9 +19,7 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "h200"))
@@ -29,21 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "h200"))
 
 def sass_of(fn, sig: dict, consts: dict, opts: dict) -> str:
     """cuobjdump --dump-sass of ``fn`` compiled for sm_90 with the given signature, constexprs and options."""
-    import triton
-    import triton.backends.nvidia as nv
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from prefill_compile_check import cuobjdump
 
-    full = {**sig, **{k: "constexpr" for k in consts}}
-    div = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(full.items()) if t.startswith("*") or n.startswith("stride")}
-    kern = triton.compile(ASTSource(fn, full, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32), options=opts)
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(kern.asm["cubin"])
-    try:
-        tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
-        return subprocess.run([str(tool), "--dump-sass", f.name], capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(f.name)
+    return cuobjdump(fn, sig, consts, opts, "--dump-sass")
 
 
 def hot_loop(sass: str) -> list[str]:

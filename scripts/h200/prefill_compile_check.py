@@ -30,7 +30,9 @@ def _ops():
     return {n: importlib.import_module(f"{pkg.__name__}.ops.{n}") for n in ("gdn_chunk", "attention_prefill", "conv1d_prefill")}
 
 
-def _compile(fn, sig: dict, consts: dict, **opts) -> str:
+def cuobjdump(fn, sig: dict, consts: dict, opts: dict, *flags: str) -> str:
+    """``cuobjdump FLAGS`` of ``fn`` compiled for sm_90 by triton (and its bundled ptxas) with this signature,
+    constexprs and options; no GPU needed."""
     import triton
     import triton.backends.nvidia as nv
     from triton.backends.compiler import GPUTarget
@@ -41,9 +43,15 @@ def _compile(fn, sig: dict, consts: dict, **opts) -> str:
     kern = triton.compile(ASTSource(fn, full, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32), options=opts)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(kern.asm["cubin"])
-    tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
-    out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
+    try:
+        tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
+        return subprocess.run([str(tool), *flags, f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def _compile(fn, sig: dict, consts: dict, **opts) -> str:
+    out = cuobjdump(fn, sig, consts, opts, "--dump-resource-usage")
     usage = [line.strip() for line in out.splitlines() if "REG:" in line]
     return " ".join(usage[0].split()[:2]) if usage else "(no resource usage)"
 
