@@ -97,11 +97,12 @@ def test_repack_is_bit_exact(n, k):
     ref = load_kernels().reference
     gs = torch.tensor(0.37)
     assert torch.equal(ref.dequant_nvfp4_ref(c2, s2, gs), ref.dequant_nvfp4_ref(codes, scales.view(torch.float8_e4m3fn), gs))
-    # the documented placement: element 256 g + 32 i + w is nibble i of word w of super-group g
+    # the documented placement: element 256 g + 64 i + 2 w + h is nibble i + 4 h of word w of super-group g
     words = packed[0, 0, :128].view(torch.int32)
-    kk = min(k, 256) - 1
-    want = (codes[0, 0, kk // 2] >> (4 * (kk % 2))) & 15
-    assert ((words[kk % 32] >> (4 * (kk // 32))) & 15).item() == want.item()
+    for kk in range(min(k, 256)):
+        i, w, h = kk // 64, (kk % 64) // 2, kk % 2
+        want = (codes[0, 0, kk // 2] >> (4 * (kk % 2))) & 15
+        assert ((words[w] >> (4 * (i + 4 * h))) & 15).item() == want.item(), f"element {kk}"
 
 
 # ---------------------------------------------------------------- align

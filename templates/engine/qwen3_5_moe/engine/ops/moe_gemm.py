@@ -5,14 +5,11 @@ one expert (``ops/moe_align.py``), so each program reads its expert's weight til
 the block's pairs: at decode sizes a hit expert's weights are read and decoded once per step,
 however many tokens chose it (expert-major), and from 64 rows up the tiles are wgmma-sized.
 
-Decode (no per-element integer chains): a 32-bit word holds 8 codes; nibbles i and i + 4 are
-turned into two fp16 lanes with two shifts, two masks and an or (``e2m1_word_pair``: E2M1 ×
-2^-14 exactly, subnormals included), each lane widened to fp32, times its group's e4m3 scale
-(decoded by placing its bits in an fp16, × 2^22) — the product is exact in bf16 (≤ 6
-significant bits), so the ``tl.dot`` operand is the checkpoint's weight without the global scale.
-Nibble i of the 32 words of a super-group is 32 consecutive K elements, so the K loop is
-8 dots of K = 32 per super-group, each against a contiguous slice of the activation rows.
-The global scale multiplies the fp32 accumulator once.
+Decode (``ops/moe_decode.py``): nibbles i and i + 4 of a 32-bit word are two K-adjacent elements, so two shifts,
+two masks, an or and one ``mul.rn.bf16x2`` by the group's scale make one bf16x2 register of the dot operand: the
+checkpoint's weight without its global scale, times 2^-10, exactly (no fp32 on the way). Nibble pair i of the 32
+words of a super-group is 64 consecutive K elements, so the K loop is 4 dots of K = 64 per super-group, each against
+a contiguous slice of the activation rows. The global scale (and the 2^10) multiply the fp32 sums once.
 
 Summation order is fixed by K alone, never by the launch configuration, so a pair's result is
 the same whatever bucket (block sizes, split) its batch size picked: K is cut in chunks of
@@ -34,35 +31,36 @@ from __future__ import annotations
 from ._triton import HAVE_TRITON, tl, triton
 
 if HAVE_TRITON:
-    from ..kernels._common import INTERPRET, e2m1_word_pair, round_bf16
+    from ..kernels._common import INTERPRET, round_bf16
+    from .moe_decode import W_UNSCALE, decode_pair, scale_adj
 
 CHUNK_SG = 2  # super-groups per chunk of the fixed summation order (512 K elements)
 
 
 @triton.jit
-def _scale_f32(b):
-    """e4m3 bits (int32 0..255) → fp32 value × 2^14 (folds ``e2m1_word_pair``'s 2^-14 back)."""
-    h = ((b & 0x80) << 8) | ((b & 0x7F) << 7)  # fp16 with the e4m3 bits: value × 2^-8, exact
-    return h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 4194304.0  # × 2^22
-
-
-@triton.jit
-def _weight_tile(v, p_s, m_n, BLOCK_N: tl.constexpr):
-    """Decoded codes v [BLOCK_N, 32] (× 2^-14) times their two groups' scales (bytes at p_s, p_s + 1)
-    → the bf16 tile [32, BLOCK_N] for ``tl.dot`` (exact)."""
-    o_2 = tl.arange(0, 2)
-    b_s = tl.load(p_s[:, None] + o_2[None, :], mask=m_n[:, None], other=0).to(tl.int32)
-    b_w = tl.reshape(tl.reshape(v, [BLOCK_N, 2, 16]) * _scale_f32(b_s)[:, :, None], [BLOCK_N, 32])
-    return tl.trans(b_w.to(tl.bfloat16))
+def _pair_tile(b_w, p_s, m_n, I: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Nibble pair I of the words b_w [BLOCK_N, 32] (K elements 64I .. 64I + 63 of the super-group) times their groups'
+    scales (bytes p_s + 4I .. p_s + 4I + 3; word w is in group 4I + w // 8) → the bf16 tile [64, BLOCK_N] × 2^-10 for
+    ``tl.dot`` (exact, ``ops/moe_decode.py``)."""
+    o_4 = tl.arange(0, 4)
+    b_s = tl.load(p_s[:, None] + 4 * I + o_4[None, :], mask=m_n[:, None], other=0).to(tl.int32)
+    s = tl.reshape(tl.broadcast_to(scale_adj(b_s)[:, :, None], [BLOCK_N, 4, 8]), [BLOCK_N, 32])
+    lo, hi = decode_pair(b_w, s, I)  # elements 64I + 2w and 64I + 2w + 1
+    return tl.trans(tl.reshape(tl.join(lo, hi), [BLOCK_N, 64]))
 
 
 @triton.jit
 def _dot(a, b, acc):
-    """acc + a @ b (bf16 tiles, fp32 accumulation). Under the interpreter as a broadcast product summed
-    over K: numpy's matmul rounds a row differently depending on its position and the row count, which
-    would hide (or fake) a batch dependence; on a GPU the tensor-core ``tl.dot``."""
+    """acc + a @ b (bf16 tiles, K = 64, fp32 accumulation). Under the interpreter as products summed per k16 block,
+    the blocks added in K order (as the tensor cores take them): numpy's matmul rounds a row differently depending on
+    its position and the row count, which would hide (or fake) a batch dependence; on a GPU the tensor-core ``tl.dot``."""
     if INTERPRET:
-        return acc + tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+        p = a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :]  # [M, 64, N]
+        s = tl.sum(tl.reshape(p, [p.shape[0], 4, 16, p.shape[2]]), axis=2)  # [M, 4, N]
+        o_4 = tl.arange(0, 4)[None, :, None]
+        for j in tl.static_range(4):
+            acc = acc + tl.sum(tl.where(o_4 == j, s, 0.0), axis=1)
+        return acc
     else:
         return tl.dot(a, b, acc)
 
@@ -77,10 +75,10 @@ def _silu_mul(b_g, b_u, g_gate, g_up):
 @triton.jit
 def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, sg, m_n,
              A_DIV: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr):
-    """acc (and acc_up) += A[:, k_base : k_base + 256] @ W_sg^T for super-group sg of the rows
-    ``row_gate`` (``row_up``) (int32 word offsets [BLOCK_N])."""
+    """acc (and acc_up) += A[:, k_base : k_base + 256] @ W_sgᵀ · 2^-10 for super-group sg of the rows ``row_gate``
+    (``row_up``) (int32 word offsets [BLOCK_N]), as four K = 64 dots in K order."""
     o_w = tl.arange(0, 32)
-    o_k = tl.arange(0, 32)
+    o_k = tl.arange(0, 64)
     b_w = tl.load(w32_ptr + (row_gate + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
     p_s = w8_ptr + (row_gate + sg * 36 + 32) * 4  # the 16 scale bytes of each row
     if GATED:
@@ -88,17 +86,11 @@ def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w
         p_su = w8_ptr + (row_up + sg * 36 + 32) * 4
     p_a = a_ptr + (o_r // A_DIV)[:, None] * stride_am + k_base + o_k[None, :]
     for i in tl.static_range(4):
-        v_lo, v_hi = e2m1_word_pair(b_w, i)  # nibbles i and i + 4: K elements 32i.. and 32(i + 4)..
-        m_lo = m_r[:, None] & ((k_base + 32 * i + o_k) < K_TRUE)[None, :]
-        b_a = tl.load(p_a + 32 * i, mask=m_lo, other=0.0)
-        m_hi = m_r[:, None] & ((k_base + 32 * (i + 4) + o_k) < K_TRUE)[None, :]
-        b_a2 = tl.load(p_a + 32 * (i + 4), mask=m_hi, other=0.0)
-        acc = _dot(b_a, _weight_tile(v_lo, p_s + 2 * i, m_n, BLOCK_N), acc)
-        acc = _dot(b_a2, _weight_tile(v_hi, p_s + 2 * (i + 4), m_n, BLOCK_N), acc)
+        m_a = m_r[:, None] & ((k_base + 64 * i + o_k) < K_TRUE)[None, :]
+        b_a = tl.load(p_a + 64 * i, mask=m_a, other=0.0)
+        acc = _dot(b_a, _pair_tile(b_w, p_s, m_n, i, BLOCK_N), acc)
         if GATED:
-            u_lo, u_hi = e2m1_word_pair(b_wu, i)
-            acc_up = _dot(b_a, _weight_tile(u_lo, p_su + 2 * i, m_n, BLOCK_N), acc_up)
-            acc_up = _dot(b_a2, _weight_tile(u_hi, p_su + 2 * (i + 4), m_n, BLOCK_N), acc_up)
+            acc_up = _dot(b_a, _pair_tile(b_wu, p_su, m_n, i, BLOCK_N), acc_up)
     return acc, acc_up
 
 
@@ -133,7 +125,7 @@ def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_u
                                    row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
         tot += acc
         tot_up += acc_up
-    return tot, tot_up
+    return tot * W_UNSCALE, tot_up * W_UNSCALE  # the operands were × 2^-10 (exact both ways)
 
 
 @triton.jit

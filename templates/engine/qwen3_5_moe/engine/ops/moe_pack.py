@@ -9,9 +9,9 @@ codes ordered so that decoding a 32-bit word needs no shuffle. Packed layout, pe
   up to a multiple of 256; a padded element is exactly 0);
 - super-group g of row n is 144 bytes at ``row_bytes * n + 144 * g``: 128 bytes of codes
   (32 little-endian int32 words), then the 16 e4m3 scales of its 16 groups of 16 elements;
-- element ``256 g + 32 i + w`` (i = 0..7, w = 0..31) sits in nibble i (bits 4i..4i+3) of word w.
-  So nibble i of the 32 words holds 32 consecutive elements (groups 2i and 2i+1), and one
-  ``tl.dot`` over K = 32 consumes it without reordering.
+- element ``256 g + 64 i + 2 w + h`` (i = 0..3, w = 0..31, h = 0, 1) sits in nibble ``i + 4 h`` (bits 4(i + 4h)..) of
+  word w. So nibbles i and i + 4 of a word are two K-adjacent elements 16 bits apart: one bf16x2 register of the dot
+  operand, decoded with two shifts and two masks; nibble pair i of the 32 words is 64 consecutive K elements.
 
 ``pack_experts`` / ``unpack_rows`` are exact inverses on the bytes (tested): the packed form holds
 the checkpoint's codes and scales bit for bit, nothing is requantized.
@@ -69,8 +69,8 @@ def pack_rows(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     pad = n_sg * SG - k
     c = torch.stack((codes & 0xF, codes >> 4), dim=-1).flatten(-2)  # [..., N, K] nibbles
     c = torch.nn.functional.pad(c, (0, pad))
-    c = c.reshape(*lead, n, n_sg, 8, 32).transpose(-1, -2)  # [..., sg, w, i]
-    c = c.reshape(*lead, n, n_sg, 32, 4, 2)
+    c = c.reshape(*lead, n, n_sg, 4, 32, 2).permute(*range(len(lead) + 2), -2, -1, -3)  # [..., sg, w, h, i]
+    c = c.reshape(*lead, n, n_sg, 32, 4, 2)  # nibble 4h + i of word w
     packed_codes = (c[..., 0] | (c[..., 1] << 4)).reshape(*lead, n, n_sg, 128)  # byte 4w + i//2
     s = scales.view(torch.uint8) if scales.dtype != torch.uint8 else scales
     s = torch.nn.functional.pad(s, (0, pad // 16)).reshape(*lead, n, n_sg, 16)
@@ -83,8 +83,8 @@ def unpack_rows(packed: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     n_sg = row_bytes // SG_BYTES
     p = packed.reshape(*lead, n, n_sg, SG_BYTES)
     b = p[..., :128].reshape(*lead, n, n_sg, 32, 4)
-    c = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(*lead, n, n_sg, 32, 8)  # [..., w, i]
-    c = c.transpose(-1, -2).reshape(*lead, n, n_sg * SG)[..., :k]
+    c = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(*lead, n, n_sg, 32, 2, 4)  # [..., w, h, i]
+    c = c.permute(*range(len(lead) + 2), -1, -3, -2).reshape(*lead, n, n_sg * SG)[..., :k]
     codes = (c[..., 0::2] | (c[..., 1::2] << 4)).contiguous()
     scales = p[..., 128:].reshape(*lead, n, n_sg * 16)[..., : k // 16].contiguous().view(torch.float8_e4m3fn)
     return codes, scales
