@@ -46,7 +46,7 @@ def kernels() -> list[tuple[str, object, dict, dict, dict]]:
             dict(TOP_K=9, HAS_NV=True, BLOCK_H=1024), dict(num_warps=4))]
     for b, cfg in fused.DEFAULTS.items():
         opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        base = dict(CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=cfg.block_m)
+        base = dict(CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=cfg.block_m, EVEN_K=True)
         for split in sorted({1, cfg.split_k}):
             sig = dict(gemm_sig, c_ptr=p("fp32") if split > 1 else p("bf16"))
             out.append((f"{b} gate_up split {split}", gemm._moe_gemm_kernel, sig,
@@ -60,13 +60,13 @@ def kernels() -> list[tuple[str, object, dict, dict, dict]]:
     s = fused.DEFAULTS["s"]
     opts = dict(num_warps=s.num_warps, num_stages=s.num_stages)
     out.append(("T=1 gate_up direct", gemm._moe_gemm_kernel, dict(gemm_sig, c_ptr=p("fp32"), bexp_ptr=p("i64")),
-                dict(CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, A_DIV=9, GATED=True, ROUTED=False, SPLIT_K=s.split_k, DIRECT=True,
+                dict(CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, EVEN_K=True, A_DIV=9, GATED=True, ROUTED=False, SPLIT_K=s.split_k, DIRECT=True,
                      BLOCK_N=s.block_n), opts))
     out.append(("T=1 down token-major", gemm._down_token_kernel,
                 dict(h_ptr=p("bf16"), w32_ptr=p("i32"), w8_ptr=p("u8"), g_ptr=p("fp32"), ids_ptr=p("i64"), tw_ptr=p("fp32"),
                      out_ptr=p("bf16"), N=i32, K_TRUE=i32, N_SG=i32, ROW_WORDS=i32, E=i32, stride_hm=i32, stride_we=i32,
                      stride_om=i32),
-                dict(TOP_K=9, CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, BLOCK_N=s.down_block_n), opts))
+                dict(TOP_K=9, CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, BLOCK_N=s.down_block_n, EVEN_K=True), opts))
     return out
 
 

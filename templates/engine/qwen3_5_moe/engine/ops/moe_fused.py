@@ -141,7 +141,7 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         x, w13_32, pk.w13, pk.g13, c, sorted_ids, block_expert, tw,
         n_pairs, inter, hidden, sg13, w13_32.stride(1), n_exp,
         x.stride(0), w13_32.stride(0), pk.g13.stride(0), *c_args,
-        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, DIRECT=direct, BLOCK_N=cfg.block_n, **kw,
+        A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, DIRECT=direct, BLOCK_N=cfg.block_n, EVEN_K=hidden % 256 == 0, **kw,
     )
     if split > 1:
         _combine_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n))](
@@ -153,7 +153,7 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         out = new_empty((t, hidden), torch.bfloat16, out_dev)
         _down_token_kernel[(t, triton.cdiv(hidden, cfg.down_block_n))](
             h, w2_32, pk.w2, pk.g2, block_expert, tw, out, hidden, inter, sg2, w2_32.stride(1), n_exp,
-            h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.down_block_n, **kw,
+            h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.down_block_n, EVEN_K=inter % 256 == 0, **kw,
         )
         return out
     y = new_empty((n_pairs, hidden), torch.float32, out_dev)
@@ -161,7 +161,7 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         h, w2_32, pk.w2, pk.g2, y, sorted_ids, block_expert, tw,
         n_pairs, hidden, inter, sg2, w2_32.stride(1), n_exp,
         h.stride(0), w2_32.stride(0), 1, y.stride(0), 0,
-        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.down_block_n, **kw,
+        A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.down_block_n, EVEN_K=inter % 256 == 0, **kw,
     )
     return moe_reduce_triton(y, ids, n_exp, n_valid)
 

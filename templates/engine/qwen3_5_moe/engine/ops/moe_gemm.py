@@ -74,7 +74,7 @@ def _silu_mul(b_g, b_u, g_gate, g_up):
 
 @triton.jit
 def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, sg, m_n,
-             A_DIV: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr):
+             A_DIV: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr):
     """acc (and acc_up) += A[:, k_base : k_base + 256] @ W_sgᵀ · 2^-10 for super-group sg of the rows ``row_gate``
     (``row_up``) (int32 word offsets [BLOCK_N]), as four K = 64 dots in K order."""
     o_w = tl.arange(0, 32)
@@ -86,7 +86,10 @@ def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w
         p_su = w8_ptr + (row_up + sg * 36 + 32) * 4
     p_a = a_ptr + (o_r // A_DIV)[:, None] * stride_am + k_base + o_k[None, :]
     for i in tl.static_range(4):
-        m_a = m_r[:, None] & ((k_base + 64 * i + o_k) < K_TRUE)[None, :]
+        if EVEN_K:  # K_TRUE % 256 == 0: a row mask only, so the loads vectorise
+            m_a = m_r[:, None]
+        else:
+            m_a = m_r[:, None] & ((k_base + 64 * i + o_k) < K_TRUE)[None, :]
         b_a = tl.load(p_a + 64 * i, mask=m_a, other=0.0)
         acc = _dot(b_a, _pair_tile(b_w, p_s, m_n, i, BLOCK_N), acc)
         if GATED:
@@ -113,7 +116,8 @@ def _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT: tl.constexpr, BLOCK_M: tl.
 
 @triton.jit
 def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi, N_SG,
-            A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            EVEN_K: tl.constexpr):
     """The fp32 sums over the chunks [c_lo, c_hi) of K, each chunk accumulated from zero and added in order."""
     tot = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     tot_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -122,7 +126,7 @@ def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_u
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
             acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
-                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N)
+                                   row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N, EVEN_K)
         tot += acc
         tot_up += acc_up
     return tot * W_UNSCALE, tot_up * W_UNSCALE  # the operands were × 2^-10 (exact both ways)
@@ -134,7 +138,7 @@ def _moe_gemm_kernel(
     P, N, K_TRUE, N_SG, ROW_WORDS, E,
     stride_am, stride_we, stride_ge, stride_cm, stride_cc,
     A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr, DIRECT: tl.constexpr,
-    CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (GATED: N = I, the up
     rows follow at N). w32_ptr / w8_ptr: the packed weights as int32 / uint8 (stride_we and
@@ -157,13 +161,13 @@ def _moe_gemm_kernel(
     if GATED and SPLIT_K > 1:  # each chunk's raw sums; _combine_kernel adds them in order
         for c in range(c_lo, c_hi):
             acc, acc_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c, c + 1,
-                                  N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
+                                  N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
             p_c = c_ptr + c * stride_cc + o_r[:, None] * stride_cm + o_n[None, :]
             tl.store(p_c, acc, mask=m_c)
             tl.store(p_c + N, acc_up, mask=m_c)
     else:
         tot, tot_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi,
-                              N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N)
+                              N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
         if GATED:
             b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + i_e * stride_ge), tl.load(g_ptr + i_e * stride_ge + 1))
             tl.store(c_ptr + o_r[:, None] * stride_cm + o_n[None, :], b_h.to(tl.bfloat16), mask=m_c)
@@ -198,7 +202,8 @@ def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, E
 @triton.jit
 def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, N, K_TRUE, N_SG, ROW_WORDS, E,
                        stride_hm, stride_we, stride_om,
-                       TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                       TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       EVEN_K: tl.constexpr):
     """Down projection and the k-sum in one, token-major (T = 1, where each pair is a distinct expert):
     grid (T, cdiv(N, BLOCK_N)); program t adds its pairs' ``y = (h_p W_eᵀ)·g_e·w_p`` in increasing j,
     each computed as in ``_moe_gemm_kernel`` (row 0 of a block) and summed as ``moe_reduce`` does, so
@@ -218,7 +223,7 @@ def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, 
             o_r = tl.where(m_r, i_p, 0).to(tl.int64)
             row = i_e * stride_we + o_n.to(tl.int64) * ROW_WORDS
             tot, _unused = _k_sums(h_ptr, o_r, m_r, stride_hm, K_TRUE, w32_ptr, w8_ptr, row, row, m_n, 0, n_chunks,
-                                   N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N)
+                                   N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
             b_y = tot * tl.load(g_ptr + i_e) * tl.load(tw_ptr + i_p)
             b_out += tl.sum(tl.where(m_r[:, None], b_y, 0.0), axis=0)
     tl.store(out_ptr + i_t * stride_om + o_n, round_bf16(b_out).to(tl.bfloat16), mask=m_n)
