@@ -91,7 +91,7 @@ def test_repack_is_bit_exact(n, k):
     scales[scales == 0x7F] = 0x38  # no NaN in the dequantized comparison
     scales[scales == 0xFF] = 0x39
     packed = pack.pack_rows(codes, scales.view(torch.float8_e4m3fn))
-    assert packed.shape == (2, n, 144 * -(-k // 256))
+    assert packed.shape == (2, n, 160 * -(-k // 256))
     c2, s2 = pack.unpack_rows(packed, k)
     assert torch.equal(c2, codes) and torch.equal(s2.view(torch.uint8), scales)
     ref = load_kernels().reference
@@ -103,6 +103,13 @@ def test_repack_is_bit_exact(n, k):
         i, w, h = kk // 64, (kk % 64) // 2, kk % 2
         want = (codes[0, 0, kk // 2] >> (4 * (kk % 2))) & 15
         assert ((words[w] >> (4 * (i + 4 * h))) & 15).item() == want.item(), f"element {kk}"
+    # and group j's scale is the bf16 s · 2^116 at bytes 128 + 2j, for every e4m3 value but NaN (subnormals included)
+    sc = packed[0, 0, 128:160].contiguous().view(torch.bfloat16).float()
+    assert torch.equal(sc[: min(k, 256) // 16] * 2.0**-116, scales[0, 0, : min(k, 256) // 16].view(torch.float8_e4m3fn).float())
+    every = torch.arange(256, dtype=torch.uint8)
+    every = every[(every != 0x7F) & (every != 0xFF)].reshape(1, 254)
+    back = pack.unpack_rows(pack.pack_rows(torch.zeros(1, 254 * 8, dtype=torch.uint8), every.view(torch.float8_e4m3fn)), 254 * 16)[1]
+    assert torch.equal(back.view(torch.uint8), every)
 
 
 # ---------------------------------------------------------------- align

@@ -33,7 +33,7 @@ def kernels() -> list[tuple[str, object, dict, dict, dict]]:
     fused, gemm, align, red = ops["moe_fused"], ops["moe_gemm"], ops["moe_align"], ops["moe_reduce"]
     p = lambda t: "*" + t  # noqa: E731
     i32 = "i32"
-    gemm_sig = dict(a_ptr=p("bf16"), w32_ptr=p("i32"), w8_ptr=p("u8"), g_ptr=p("fp32"), c_ptr=p("bf16"), sid_ptr=p("i32"),
+    gemm_sig = dict(a_ptr=p("bf16"), w32_ptr=p("i32"), w16_ptr=p("i16"), g_ptr=p("fp32"), c_ptr=p("bf16"), sid_ptr=p("i32"),
                     bexp_ptr=p("i32"), tw_ptr=p("fp32"), P=i32, N=i32, K_TRUE=i32, N_SG=i32, ROW_WORDS=i32, E=i32,
                     stride_am=i32, stride_we=i32, stride_ge=i32, stride_cm=i32, stride_cc=i32)
     out = [("align", align._align_kernel,
@@ -63,7 +63,7 @@ def kernels() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, EVEN_K=True, A_DIV=9, GATED=True, ROUTED=False, SPLIT_K=s.split_k, DIRECT=True,
                      BLOCK_N=s.block_n), opts))
     out.append(("T=1 down token-major", gemm._down_token_kernel,
-                dict(h_ptr=p("bf16"), w32_ptr=p("i32"), w8_ptr=p("u8"), g_ptr=p("fp32"), ids_ptr=p("i64"), tw_ptr=p("fp32"),
+                dict(h_ptr=p("bf16"), w32_ptr=p("i32"), w16_ptr=p("i16"), g_ptr=p("fp32"), ids_ptr=p("i64"), tw_ptr=p("fp32"),
                      out_ptr=p("bf16"), N=i32, K_TRUE=i32, N_SG=i32, ROW_WORDS=i32, E=i32, stride_hm=i32, stride_we=i32,
                      stride_om=i32),
                 dict(TOP_K=9, CHUNK_SG=gemm.CHUNK_SG, BLOCK_M=16, BLOCK_N=s.down_block_n, EVEN_K=True), opts))

@@ -3,8 +3,8 @@
 The packed layout (``ops/moe_pack.py``) keeps two K-adjacent elements in nibbles i and i + 4 of one int32 word, 16
 bits apart: one bf16x2 register once each nibble's 3 magnitude bits sit in bf16 bits 6..8 (22..24) and its sign in
 bit 15 (31). Those bits, read as bf16, are the E2M1 value × 2^-126 (subnormals included: code 1 is 2^-127); one
-``mul.rn.bf16x2`` by the group's e4m3 scale carried as ``s × 2^116`` (``scale_adj``; s ≤ 448 keeps it below bf16's
-maximum) gives ``v · s · 2^-10``: at most 6 significant bits in [2^-20, 2^12], so exact. The GEMM's sums are therefore
+``mul.rn.bf16x2`` by the group's e4m3 scale carried as ``s × 2^116`` (stored so by ``ops/moe_pack.py``; s ≤ 448
+keeps it below bf16's maximum) gives ``v · s · 2^-10``: at most 6 significant bits in [2^-20, 2^12], so exact. The GEMM's sums are therefore
 the unscaled ones × 2^-10 bit for bit, and ``W_UNSCALE`` (2^10) takes them back exactly. On a GPU a pair costs two
 shifts, two masks, an or and the multiply; under the interpreter the same values come from fp32 arithmetic.
 """
@@ -16,8 +16,6 @@ from ._triton import HAVE_TRITON, tl, triton
 if HAVE_TRITON:
     from ..kernels._common import INTERPRET, e2m1_word_pair
 
-#: 2^124: an e4m3 scale placed in fp16 bits (s × 2^-8) times this is s × 2^116.
-_TO_ADJ = tl.constexpr(2.1267647932558654e37)
 #: 2^-112: under the interpreter, fp16-decoded codes (× 2^-14) times ``s × 2^116`` times this is v · s · 2^-10.
 _INTERP_UNADJ = tl.constexpr(1.925929944387236e-34)
 #: 2^10: what the GEMM's fp32 sums of these operands are multiplied by.
@@ -25,16 +23,9 @@ W_UNSCALE = tl.constexpr(1024.0)
 
 
 @triton.jit
-def scale_adj(b):
-    """e4m3 bits (int32 0..255) → bf16 ``s × 2^116`` (exact)."""
-    h = ((b & 0x80) << 8) | ((b & 0x7F) << 7)  # fp16 bits: s × 2^-8
-    return (h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * _TO_ADJ).to(tl.bfloat16)
-
-
-@triton.jit
 def decode_pair(w, s, I: tl.constexpr):
-    """Nibbles I and I + 4 of int32 words w → two bf16 tensors ``v · s · 2^-10`` (s: bf16 ``scale_adj`` values of the
-    words' groups, w's shape or broadcastable to it)."""
+    """Nibbles I and I + 4 of int32 words w → two bf16 tensors ``v · s · 2^-10`` (s: the words' group scales as bf16
+    ``s × 2^116``, w's shape or broadcastable to it)."""
     s = tl.broadcast_to(s, w.shape)
     if INTERPRET:
         v_lo, v_hi = e2m1_word_pair(w, I)  # fp32, value × 2^-14

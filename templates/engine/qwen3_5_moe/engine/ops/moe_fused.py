@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .. import kernels
 from ..kernels.reference import dequant_nvfp4_ref
 from .moe_align import moe_align_triton
-from .moe_pack import PackedExperts, unpack_experts
+from .moe_pack import SG_BYTES, PackedExperts, unpack_experts
 from .moe_reduce import moe_reduce_triton
 from ._triton import HAVE_TRITON, require_triton, triton
 
@@ -127,7 +127,8 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
         sorted_ids, block_expert = moe_align_triton(ids, n_exp, cfg.block_m, n_valid)
     n_blocks = block_expert.numel()
     w13_32, w2_32 = pk.w13.view(torch.int32), pk.w2.view(torch.int32)
-    sg13, sg2 = pk.w13.shape[2] // 144, pk.w2.shape[2] // 144
+    sg13, sg2 = pk.w13.shape[2] // SG_BYTES, pk.w2.shape[2] // SG_BYTES
+    w13_16, w2_16 = pk.w13.view(torch.int16), pk.w2.view(torch.int16)
     n_chunks = triton.cdiv(sg13, CHUNK_SG)
     split = max(1, min(cfg.split_k, n_chunks))
     kw = dict(BLOCK_M=cfg.block_m, CHUNK_SG=CHUNK_SG, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -138,7 +139,7 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
     else:
         c, c_args = h, (h.stride(0), 0)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(inter, cfg.block_n), split)](
-        x, w13_32, pk.w13, pk.g13, c, sorted_ids, block_expert, tw,
+        x, w13_32, w13_16, pk.g13, c, sorted_ids, block_expert, tw,
         n_pairs, inter, hidden, sg13, w13_32.stride(1), n_exp,
         x.stride(0), w13_32.stride(0), pk.g13.stride(0), *c_args,
         A_DIV=k, GATED=True, ROUTED=False, SPLIT_K=split, DIRECT=direct, BLOCK_N=cfg.block_n, EVEN_K=hidden % 256 == 0, **kw,
@@ -152,13 +153,13 @@ def moe_w4a16_triton(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, 
     if direct:
         out = new_empty((t, hidden), torch.bfloat16, out_dev)
         _down_token_kernel[(t, triton.cdiv(hidden, cfg.down_block_n))](
-            h, w2_32, pk.w2, pk.g2, block_expert, tw, out, hidden, inter, sg2, w2_32.stride(1), n_exp,
+            h, w2_32, w2_16, pk.g2, block_expert, tw, out, hidden, inter, sg2, w2_32.stride(1), n_exp,
             h.stride(0), w2_32.stride(0), out.stride(0), TOP_K=k, BLOCK_N=cfg.down_block_n, EVEN_K=inter % 256 == 0, **kw,
         )
         return out
     y = new_empty((n_pairs, hidden), torch.float32, out_dev)
     _moe_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg.down_block_n), 1)](
-        h, w2_32, pk.w2, pk.g2, y, sorted_ids, block_expert, tw,
+        h, w2_32, w2_16, pk.g2, y, sorted_ids, block_expert, tw,
         n_pairs, hidden, inter, sg2, w2_32.stride(1), n_exp,
         h.stride(0), w2_32.stride(0), 1, y.stride(0), 0,
         A_DIV=1, GATED=False, ROUTED=True, SPLIT_K=1, DIRECT=False, BLOCK_N=cfg.down_block_n, EVEN_K=inter % 256 == 0, **kw,
@@ -191,7 +192,7 @@ def _check(x, ids, weights, pk: PackedExperts, n_valid) -> tuple[int, int]:
         raise ValueError(f"moe_w4a16: ids must be int32/int64 [T, k] with T = {x.shape[0]}, got {ids.dtype} {tuple(ids.shape)}")
     if tuple(weights.shape) != tuple(ids.shape):
         raise ValueError(f"moe_w4a16: weights {tuple(weights.shape)} must match ids {tuple(ids.shape)}")
-    if pk.w13.dtype != torch.uint8 or pk.w13.shape[2] % 144 or pk.w2.shape[2] % 144:
+    if pk.w13.dtype != torch.uint8 or pk.w13.shape[2] % SG_BYTES or pk.w2.shape[2] % SG_BYTES:
         raise ValueError("moe_w4a16: experts are not in the packed layout; build them with ops.moe_pack.pack_experts")
     if n_valid is not None and (n_valid.numel() != 1 or n_valid.dtype != torch.int32):
         raise ValueError(f"moe_w4a16: n_valid must be an int32 tensor of one element, got {n_valid.dtype} {tuple(n_valid.shape)}")

@@ -32,7 +32,7 @@ from ._triton import HAVE_TRITON, tl, triton
 
 if HAVE_TRITON:
     from ..kernels._common import INTERPRET, round_bf16
-    from .moe_decode import W_UNSCALE, decode_pair, scale_adj
+    from .moe_decode import W_UNSCALE, decode_pair
 
 CHUNK_SG = 2  # super-groups per chunk of the fixed summation order (512 K elements)
 
@@ -40,11 +40,11 @@ CHUNK_SG = 2  # super-groups per chunk of the fixed summation order (512 K eleme
 @triton.jit
 def _pair_tile(b_w, p_s, m_n, I: tl.constexpr, BLOCK_N: tl.constexpr):
     """Nibble pair I of the words b_w [BLOCK_N, 32] (K elements 64I .. 64I + 63 of the super-group) times their groups'
-    scales (bytes p_s + 4I .. p_s + 4I + 3; word w is in group 4I + w // 8) → the bf16 tile [64, BLOCK_N] × 2^-10 for
-    ``tl.dot`` (exact, ``ops/moe_decode.py``)."""
+    scales (bf16 ``s × 2^116`` at p_s + 4I .. p_s + 4I + 3; word w is in group 4I + w // 8) → the bf16 tile
+    [64, BLOCK_N] × 2^-10 for ``tl.dot`` (exact, ``ops/moe_decode.py``)."""
     o_4 = tl.arange(0, 4)
-    b_s = tl.load(p_s[:, None] + 4 * I + o_4[None, :], mask=m_n[:, None], other=0).to(tl.int32)
-    s = tl.reshape(tl.broadcast_to(scale_adj(b_s)[:, :, None], [BLOCK_N, 4, 8]), [BLOCK_N, 32])
+    b_s = tl.load(p_s[:, None] + 4 * I + o_4[None, :], mask=m_n[:, None], other=0).to(tl.bfloat16, bitcast=True)
+    s = tl.reshape(tl.broadcast_to(b_s[:, :, None], [BLOCK_N, 4, 8]), [BLOCK_N, 32])
     lo, hi = decode_pair(b_w, s, I)  # elements 64I + 2w and 64I + 2w + 1
     return tl.trans(tl.reshape(tl.join(lo, hi), [BLOCK_N, 64]))
 
@@ -73,17 +73,17 @@ def _silu_mul(b_g, b_u, g_gate, g_up):
 
 
 @triton.jit
-def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, sg, m_n,
+def _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, k_base, K_TRUE, w32_ptr, w16_ptr, row_gate, row_up, sg, m_n,
              A_DIV: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr):
     """acc (and acc_up) += A[:, k_base : k_base + 256] @ W_sgᵀ · 2^-10 for super-group sg of the rows ``row_gate``
     (``row_up``) (int32 word offsets [BLOCK_N]), as four K = 64 dots in K order."""
     o_w = tl.arange(0, 32)
     o_k = tl.arange(0, 64)
-    b_w = tl.load(w32_ptr + (row_gate + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
-    p_s = w8_ptr + (row_gate + sg * 36 + 32) * 4  # the 16 scale bytes of each row
+    b_w = tl.load(w32_ptr + (row_gate + sg * 40)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
+    p_s = w16_ptr + (row_gate + sg * 40 + 32) * 2  # the 16 bf16 scales of each row
     if GATED:
-        b_wu = tl.load(w32_ptr + (row_up + sg * 36)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
-        p_su = w8_ptr + (row_up + sg * 36 + 32) * 4
+        b_wu = tl.load(w32_ptr + (row_up + sg * 40)[:, None] + o_w[None, :], mask=m_n[:, None], other=0)
+        p_su = w16_ptr + (row_up + sg * 40 + 32) * 2
     p_a = a_ptr + (o_r // A_DIV)[:, None] * stride_am + k_base + o_k[None, :]
     for i in tl.static_range(4):
         if EVEN_K:  # K_TRUE % 256 == 0: a row mask only, so the loads vectorise
@@ -115,7 +115,7 @@ def _block_rows(sid_ptr, bexp_ptr, i_b, P, E, DIRECT: tl.constexpr, BLOCK_M: tl.
 
 
 @triton.jit
-def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi, N_SG,
+def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w16_ptr, row_gate, row_up, m_n, c_lo, c_hi, N_SG,
             A_DIV: tl.constexpr, GATED: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
             EVEN_K: tl.constexpr):
     """The fp32 sums over the chunks [c_lo, c_hi) of K, each chunk accumulated from zero and added in order."""
@@ -125,7 +125,7 @@ def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_u
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for sg in range(c * CHUNK_SG, tl.minimum(c * CHUNK_SG + CHUNK_SG, N_SG)):
-            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w8_ptr,
+            acc, acc_up = _sg_dots(acc, acc_up, a_ptr, o_r, m_r, stride_am, sg * 256, K_TRUE, w32_ptr, w16_ptr,
                                    row_gate, row_up, sg, m_n, A_DIV, GATED, BLOCK_N, EVEN_K)
         tot += acc
         tot_up += acc_up
@@ -134,14 +134,14 @@ def _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_u
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, w32_ptr, w8_ptr, g_ptr, c_ptr, sid_ptr, bexp_ptr, tw_ptr,
+    a_ptr, w32_ptr, w16_ptr, g_ptr, c_ptr, sid_ptr, bexp_ptr, tw_ptr,
     P, N, K_TRUE, N_SG, ROW_WORDS, E,
     stride_am, stride_we, stride_ge, stride_cm, stride_cc,
     A_DIV: tl.constexpr, GATED: tl.constexpr, ROUTED: tl.constexpr, SPLIT_K: tl.constexpr, DIRECT: tl.constexpr,
     CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     """Grid (row blocks, cdiv(N, BLOCK_N), SPLIT_K); output columns [0, N) (GATED: N = I, the up
-    rows follow at N). w32_ptr / w8_ptr: the packed weights as int32 / uint8 (stride_we and
+    rows follow at N). w32_ptr / w16_ptr: the packed weights as int32 / int16 (stride_we and
     ROW_WORDS in int32 words). stride_cc: between chunk partials (GATED, SPLIT_K > 1)."""
     i_b = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -160,13 +160,13 @@ def _moe_gemm_kernel(
     c_hi = tl.minimum(c_lo + per, n_chunks)
     if GATED and SPLIT_K > 1:  # each chunk's raw sums; _combine_kernel adds them in order
         for c in range(c_lo, c_hi):
-            acc, acc_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c, c + 1,
+            acc, acc_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w16_ptr, row_gate, row_up, m_n, c, c + 1,
                                   N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
             p_c = c_ptr + c * stride_cc + o_r[:, None] * stride_cm + o_n[None, :]
             tl.store(p_c, acc, mask=m_c)
             tl.store(p_c + N, acc_up, mask=m_c)
     else:
-        tot, tot_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w8_ptr, row_gate, row_up, m_n, c_lo, c_hi,
+        tot, tot_up = _k_sums(a_ptr, o_r, m_r, stride_am, K_TRUE, w32_ptr, w16_ptr, row_gate, row_up, m_n, c_lo, c_hi,
                               N_SG, A_DIV, GATED, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
         if GATED:
             b_h = _silu_mul(tot, tot_up, tl.load(g_ptr + i_e * stride_ge), tl.load(g_ptr + i_e * stride_ge + 1))
@@ -200,7 +200,7 @@ def _combine_kernel(part_ptr, sid_ptr, bexp_ptr, g_ptr, h_ptr, P, N, N_CHUNKS, E
 
 
 @triton.jit
-def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, N, K_TRUE, N_SG, ROW_WORDS, E,
+def _down_token_kernel(h_ptr, w32_ptr, w16_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, N, K_TRUE, N_SG, ROW_WORDS, E,
                        stride_hm, stride_we, stride_om,
                        TOP_K: tl.constexpr, CHUNK_SG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        EVEN_K: tl.constexpr):
@@ -222,7 +222,7 @@ def _down_token_kernel(h_ptr, w32_ptr, w8_ptr, g_ptr, ids_ptr, tw_ptr, out_ptr, 
             m_r = o_m == 0
             o_r = tl.where(m_r, i_p, 0).to(tl.int64)
             row = i_e * stride_we + o_n.to(tl.int64) * ROW_WORDS
-            tot, _unused = _k_sums(h_ptr, o_r, m_r, stride_hm, K_TRUE, w32_ptr, w8_ptr, row, row, m_n, 0, n_chunks,
+            tot, _unused = _k_sums(h_ptr, o_r, m_r, stride_hm, K_TRUE, w32_ptr, w16_ptr, row, row, m_n, 0, n_chunks,
                                    N_SG, 1, False, CHUNK_SG, BLOCK_M, BLOCK_N, EVEN_K)
             b_y = tot * tl.load(g_ptr + i_e) * tl.load(tw_ptr + i_p)
             b_out += tl.sum(tl.where(m_r[:, None], b_y, 0.0), axis=0)
