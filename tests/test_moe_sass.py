@@ -23,7 +23,9 @@ def test_moe_sass_reports_the_k_loop_of_each_projection():
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     figures = dict(re.findall(r"^(m \w+(?: split \d)?)\s.*?, ([\d.]+|nan) per weight element", res.stdout, re.M))
-    assert set(figures) == {"m gate_up split 1", "m gate_up split 2", "m down"}, res.stdout
+    # split 1 always, and the m bucket's own split_k where that is not 1 (scripts/h200/moe_compile_check.kernels)
+    assert "m gate_up split 1" in figures and "m down" in figures, res.stdout
+    assert set(figures) <= {"m down"} | {f"m gate_up split {s}" for s in (1, 2, 4)}, res.stdout
     for name, per in figures.items():
         # a loop with tensor-core instructions was found, and a weight element costs some instructions, not hundreds
         assert math.isfinite(float(per)) and 1.0 < float(per) < 100.0, (name, per)

@@ -62,15 +62,14 @@ class MoeBucket:
 
 
 #: Defaults per bucket (s: T ≤ s_max_t, m: T ≤ m_max_t, l: larger). m and l are the fastest of
-#: ``scripts/h200/moe_bench.py --sweep`` on the H200 at T = 32 and 64 (m; 36 configurations) and T = 2,048
-#: (l, keeping block_m 64 for the T just above m_max_t; 16 configurations): 4 warps, although 4 spill
-#: registers in some tiles when compiled for sm_90 (scripts/h200/moe_compile_check.py). s is not swept, and on the
-#: H200 it took 357 and 594 µs at T = 8 and 16, more than m at T = 32 (261 µs; docs/results/h200-2026-12-04-c): it
+#: ``scripts/h200/moe_bench.py --sweep`` on the H200 for the K-pair-decoded layout at T = 32 and 64 (m; 24
+#: configurations, the same winner at both) and T = 2,048 (l, keeping block_m 64 for the T just above m_max_t; 16
+#: configurations). s is not swept, and took more than m at T = 16 on the H200 (docs/results/h200-2026-12-04-d): it
 #: serves T = 1 only (the direct path), and T from 2 take m, whose work shrinks with the experts hit.
 DEFAULTS = {
     "s": MoeBucket(block_m=16, block_n=32, down_block_n=16, split_k=4, num_warps=8, num_stages=2),
-    "m": MoeBucket(block_m=16, block_n=32, down_block_n=32, split_k=2, num_warps=4, num_stages=2),
-    "l": MoeBucket(block_m=64, block_n=64, down_block_n=64, split_k=1, num_warps=4, num_stages=2),
+    "m": MoeBucket(block_m=16, block_n=64, down_block_n=64, split_k=1, num_warps=4, num_stages=2),
+    "l": MoeBucket(block_m=64, block_n=64, down_block_n=128, split_k=1, num_warps=4, num_stages=2),
 }
 S_MAX_T = 1
 M_MAX_T = 128
