@@ -70,6 +70,28 @@ def test_trivial_outputs_are_named():
     assert "every position" in trivial_reason(r[0].expand(4, 100).clone(), r)
 
 
+def test_a_greedy_failure_names_batch_dependence_when_generate_alone_differs():
+    from harness.parity_checks import note_batch_dependence
+    from harness.parity_result import PromptFigures
+
+    def fig(match: int, compared: int) -> PromptFigures:
+        f = PromptFigures("len0003", "batched", 3)
+        f.greedy_match, f.greedy_compared = match, compared
+        f.failures.append(f"greedy token {match} differs")
+        return f
+
+    f = fig(1, 2)
+    note_batch_dependence(f, [154, 915, 313], [154, 706, 938])  # alone took another token at the failing step
+    assert "generate alone gave 706" in f.failures[-1] and "depend on the batch" in f.failures[-1]
+    f = fig(1, 2)
+    note_batch_dependence(f, [154, 915, 313], [154, 915, 313])  # the same tokens alone: a plain greedy failure
+    assert f.failures == ["greedy token 1 differs"]
+    f = PromptFigures("len0003", "batched", 3)
+    f.greedy_match = f.greedy_compared = 1  # a tie, passing: nothing to explain
+    note_batch_dependence(f, [154, 915], [154, 706])
+    assert f.failures == []
+
+
 def test_greedy_agreement_stops_at_first_tie():
     ref = [0, 1, 2, 3]
     r = torch.full((4, 6), -1.0)

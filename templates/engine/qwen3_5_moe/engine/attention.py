@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernels
-from .kernels.paged import gather_kv, gather_kv_batch
+from .kernels.paged import gather_kv
 from .batch import Batch
 from .cache import StateCache
 from .linear import linear
@@ -121,14 +121,16 @@ def _decode_attention_splitk(
 def _decode_attention_sdpa(
     q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: Batch, scale: float, table: torch.Tensor | None
 ) -> torch.Tensor:
-    """SDPA over each sequence's gathered K/V up to the longest length (a host read of the lengths);
-    q [B, nq, hd] -> [B, nq, hd]."""
-    lengths = torch.tensor([s + 1 for s in batch.starts], device=q.device)
-    longest = max(batch.starts) + 1
-    ks = gather_kv_batch(kc, table, batch.slots_t, longest).transpose(1, 2)  # [B, nkv, longest, hd]
-    vs = gather_kv_batch(vc, table, batch.slots_t, longest).transpose(1, 2)
-    mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]  # [B, 1, 1, longest]
-    o = F.scaled_dot_product_attention(
-        q.unsqueeze(2), ks, vs, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != ks.shape[1]
-    )  # [B, nq, 1, hd]
-    return o[:, :, 0]
+    """SDPA over each sequence's own gathered K/V, one call per sequence (host reads of the slots and lengths);
+    q [B, nq, hd] -> [B, nq, hd].
+
+    Why one call per sequence and not one padded call: SDPA's reduction is blocked along the keys, so padding a
+    sequence to the batch's longest length changes its rounding, and a sequence's logits (and, through a near-tied
+    top-k routing choice downstream, its greedy tokens) would depend on which other sequences share its step."""
+    o = torch.empty_like(q)
+    gqa = q.shape[1] != kc.shape[2]
+    for i, (slot, start) in enumerate(zip(batch.slots, batch.starts)):
+        k = gather_kv(kc, table, slot, start + 1).transpose(0, 1).unsqueeze(0)  # [1, nkv, n, hd]
+        v = gather_kv(vc, table, slot, start + 1).transpose(0, 1).unsqueeze(0)
+        o[i] = F.scaled_dot_product_attention(q[i, :, None].unsqueeze(0), k, v, scale=scale, enable_gqa=gqa)[0, :, 0]
+    return o

@@ -19,14 +19,6 @@ def gather_kv(cache: torch.Tensor, table: torch.Tensor | None, slot: int, n: int
     return cache[table[slot].long()[pos // cache.shape[1]], pos % cache.shape[1]]
 
 
-def gather_kv_batch(cache: torch.Tensor, table: torch.Tensor | None, slots: torch.Tensor, n: int) -> torch.Tensor:
-    """The first ``n`` positions of each slot in ``slots`` (int [B], on the device): [B, n, HKV, D]."""
-    if table is None:
-        return cache[slots, :n]
-    pos = torch.arange(n, device=cache.device)
-    return cache[table[slots].long()[:, pos // cache.shape[1]], pos % cache.shape[1]]
-
-
 def check_table(op: str, cache: torch.Tensor, table: torch.Tensor | None, slots_needed: int | None = None) -> None:
     """Raise ValueError unless ``table`` is None or an int32 [S, max_blocks] tensor on the cache's device
     whose blocks (max_blocks x block_size rows) can be addressed; names ``op``."""
