@@ -134,11 +134,17 @@ def generate(
         typer.echo(f"prompt {k}: {len(p)} tokens -> {out}")
         if tok is not None:
             typer.echo(f"  text: {tok.decode(out)!r}")
-    # one output token is all prefill: there is no decode step to time
-    rate = (f"{len(prompts) * (max_tokens - 1) / (total_s - first_s):.1f} tok/s" if max_tokens > 1 and total_s > first_s
-            else "n/a (no decode step)")
+    # decode = the run minus a separately timed first token: with one output token there is no decode step, and a
+    # run of a few tokens can take less than that other call (timing noise), so the rate is then not measurable
+    if max_tokens == 1:
+        rate = "n/a (no decode step)"
+    elif total_s > first_s:
+        rate = f"{len(prompts) * (max_tokens - 1) / (total_s - first_s):.1f} tok/s"
+    else:
+        rate = "not measurable (the run took less than the first-token call; give more --max-tokens)"
     typer.echo(f"engine {eng_dir} on {dev}: load {load_s:.2f} s, warm-up call {warm_s:.2f} s, first token {first_s * 1e3:.1f} ms, "
-               f"{max_tokens} tokens in {total_s * 1e3:.1f} ms, decode {rate} ({len(prompts)} prompt(s))")
+               f"{max_tokens} tokens in {total_s * 1e3:.1f} ms ({len(prompts) * max_tokens / total_s:.1f} tok/s overall), "
+               f"decode {rate} ({len(prompts)} prompt(s))")
 
 
 def register(app: typer.Typer) -> None:
