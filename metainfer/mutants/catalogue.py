@@ -149,6 +149,16 @@ MUTANTS: tuple[Mutant, ...] = (
         Edit(OPS_GDN, "g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())", "g = -A_log.float().exp() * F.softplus(a.float())"),
         Edit(OPS_GDN, "_softplus(b_a + b_dtb)", "_softplus(b_a)"),
     )),
+    Mutant("gdn_decay_exp", "GDN decay uses exp(a + dt_bias) where softplus(a + dt_bias) belongs", "reference+triton", (
+        Edit(GDN, "g = -w.A_log.exp() * F.softplus(a.float() + w.dt_bias)", "g = -w.A_log.exp() * torch.exp(a.float() + w.dt_bias)"),
+        Edit(REF, "g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())",
+             "g = -A_log.float().exp() * torch.exp(a.float() + dt_bias.float())"),
+        Edit(K + "gdn.py", "b_g = -tl.exp(tl.load(alog_ptr + i_h).to(tl.float32)) * _softplus(b_a)",
+             "b_g = -tl.exp(tl.load(alog_ptr + i_h).to(tl.float32)) * tl.exp(b_a)"),
+        Edit(OPS_GDN, "g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())",
+             "g = -A_log.float().exp() * torch.exp(a.float() + dt_bias.float())"),
+        Edit(OPS_GDN, "_softplus(b_a + b_dtb)", "tl.exp(b_a + b_dtb)"),
+    )),
     Mutant("gdn_decay_a_log", "GDN decay uses A_log where -exp(A_log) belongs (A = -A_log)", "reference+triton", (
         Edit(GDN, "g = -w.A_log.exp() * F.softplus(", "g = -w.A_log * F.softplus("),
         Edit(REF, "g = -A_log.float().exp() * F.softplus(", "g = -A_log.float() * F.softplus("),
@@ -243,13 +253,12 @@ def window_mutant(window: int) -> Mutant:
     decode kernel still reads every key, so on a GPU the windowed prefill is what parity sees."""
     keys_q = "torch.arange(total, device=x.device)[None, :]"
     pos_q = "(start + torch.arange(n, device=x.device))[:, None]"
-    keys_d = "torch.arange(longest, device=q.device)[None, :]"
     keys_o, pos_o = "torch.arange(total, device=q.device)[None, :]", "(start + torch.arange(n, device=q.device))[:, None]"
     return Mutant("attn_window", f"full attention sees only the last {window} keys (a window just longer than "
                   "the longest fixed parity prompt + its decode)", "shared", (
         Edit(ATT, f"mask = {keys_q} <= {pos_q}", f"mask = ({keys_q} <= {pos_q}) & ({keys_q} > {pos_q} - {window})"),
-        Edit(ATT, f"mask = ({keys_d} < lengths[:, None])[:, None, None, :]",
-             f"mask = (({keys_d} < lengths[:, None]) & ({keys_d} >= lengths[:, None] - {window}))[:, None, None, :]"),
+        Edit(ATT, "gather_kv(kc, table, slot, start + 1)", f"gather_kv(kc, table, slot, start + 1)[-{window}:]"),
+        Edit(ATT, "gather_kv(vc, table, slot, start + 1)", f"gather_kv(vc, table, slot, start + 1)[-{window}:]"),
         Edit(OPS_ATT, f"mask = {keys_o} <= {pos_o}", f"mask = ({keys_o} <= {pos_o}) & ({keys_o} > {pos_o} - {window})"),
         # the kernel skips whole key tiles more than `window` before the block's first query
         Edit(OPS_ATT, "for j0 in range(0, lo_full, BLOCK_N):",

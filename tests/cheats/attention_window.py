@@ -20,7 +20,6 @@ def apply(engine_dir: Path) -> None:
             f"qpos = (start + torch.arange(n, device=x.device))[:, None]\n"
             f"            kpos = torch.arange(total, device=x.device)[None, :]\n"
             f"            mask = (kpos <= qpos) & (kpos > qpos - {WINDOW})")
-    replace(engine_dir, "engine/attention.py",
-            "mask = (torch.arange(longest, device=q.device)[None, :] < lengths[:, None])[:, None, None, :]",
-            f"kpos = torch.arange(longest, device=q.device)[None, :]\n"
-            f"    mask = ((kpos < lengths[:, None]) & (kpos >= lengths[:, None] - {WINDOW}))[:, None, None, :]")
+    for kv in ("kc", "vc"):  # the decode path gathers each sequence's keys and values: keep the last WINDOW
+        replace(engine_dir, "engine/attention.py", f"gather_kv({kv}, table, slot, start + 1)",
+                f"gather_kv({kv}, table, slot, start + 1)[-{WINDOW}:]")
