@@ -23,10 +23,13 @@ few per cent of HF in fp32).
   ``q_proj`` (the q half is normalised, so scaling the whole projection changes only the
   gate), the shared-expert gate and GDN ``in_proj_b`` (beta) are drawn ``GATE_STD_FACTOR``
   times wider; GDN ``in_proj_a`` ``A_STD_FACTOR`` times narrower.
-- GDN decay ``g = -exp(A_log) · softplus(a + dt_bias)``: ``A_log = log U(1, 16)``,
-  ``dt_bias = softplus⁻¹(dt)`` with ``dt`` log-uniform in [``DT_MIN``, ``DT_MAX``] per head, so
-  heads span fast to very slow decay (|g| down to about 1e-4: long memory, where a state
-  rounded to bf16 loses the decay).
+- GDN decay ``g = -exp(A_log) · softplus(a + dt_bias)``, two kinds of value head, alternating:
+  - even heads (long memory): ``A_log = log U(1, 16)``, ``dt_bias = softplus⁻¹(dt)`` with ``dt`` log-uniform in
+    [``DT_MIN``, ``DT_MAX``], so these heads span fast to very slow decay (|g| down to about 1e-4, where a state
+    rounded to bf16 loses the decay). There ``a + dt_bias`` is far below 0, where softplus(x) ≈ exp(x) within 5 %;
+  - odd heads (softplus's bend): ``dt_bias`` U(``BEND_DT_BIAS``), so ``a + dt_bias`` spans both sides of 0, where
+    softplus and exp differ by up to 2x, and ``A = exp(A_log)`` U(``BEND_A``), so the decay per token
+    (``exp(g)``, about 0.5-0.98 at a = 0) keeps several tokens of memory and a wrong ``g`` shows in the output.
 - MLP weights (routed and shared experts: the NVFP4-quantized ones) carry a log-normal factor
   per (row, 16-element block) with unit mean square (sigma ``BLOCK_SIGMA``): NVFP4 block scales
   then differ block to block, so a block-scale indexing error shows.
@@ -45,8 +48,9 @@ import torch
 #: written to the checkpoint's ``metainfer.json`` and part of the build cache key. 1: scaled
 #: residual init; 2: sharpened norms, gates, decays and NVFP4 blocks, gate/up share a global scale; 3: the same
 #: weights, written with the tiny twin's RoPE theta 1e4 (``metainfer.targets.models.TINY_ROPE_THETA``): caches keyed by
-#: (model, quant, seed, init version) alone must not hand out a checkpoint of the old config.
-INIT_VERSION = 3
+#: (model, quant, seed, init version) alone must not hand out a checkpoint of the old config; 4: odd GDN heads decay
+#: in softplus's bend (a decay computed with exp instead of softplus passed on version 3).
+INIT_VERSION = 4
 
 UP_STD_FACTOR = 2.0
 ROUTER_SKEW_SIGMA = 0.7
@@ -56,6 +60,8 @@ QK_NORM_LEVEL = 1.6
 GATE_STD_FACTOR = 3.0
 A_STD_FACTOR = 0.5
 DT_MIN, DT_MAX = 1e-4, 1e-1
+BEND_DT_BIAS = (-1.0, 1.0)
+BEND_A = (0.05, 0.5)
 BLOCK_SIGMA = 0.7
 BLOCK = 16
 
@@ -97,9 +103,22 @@ def block_factor(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
 
 
 def _dt_bias(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    """``softplus⁻¹(dt)``, dt log-uniform in [DT_MIN, DT_MAX]: ``log(expm1(dt))``."""
+    """[HV]: even heads ``softplus⁻¹(dt)``, dt log-uniform in [DT_MIN, DT_MAX] (``log(expm1(dt))``); odd heads
+    U(BEND_DT_BIAS)."""
     dt = torch.exp(torch.empty(shape).uniform_(math.log(DT_MIN), math.log(DT_MAX), generator=g))
-    return torch.log(torch.expm1(dt))
+    bend = torch.empty(shape).uniform_(*BEND_DT_BIAS, generator=g)
+    return torch.where(_odd_heads(shape), bend, torch.log(torch.expm1(dt)))
+
+
+def _a_log(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """[HV]: even heads ``log U(1, 16)``, odd heads ``log U(BEND_A)``."""
+    slow = torch.empty(shape).uniform_(1.0, 16.0, generator=g)
+    bend = torch.empty(shape).uniform_(*BEND_A, generator=g)
+    return torch.where(_odd_heads(shape), bend, slow).log()
+
+
+def _odd_heads(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.arange(shape[-1]) % 2 == 1
 
 
 def init_dense(name: str, shape: tuple[int, ...], kind: str, seed: int, num_layers: int | None = None) -> torch.Tensor:
@@ -142,7 +161,7 @@ def init_dense(name: str, shape: tuple[int, ...], kind: str, seed: int, num_laye
     if kind == "dt_bias":
         return _dt_bias(shape, g)
     if kind == "a_log":
-        return torch.empty(shape).uniform_(1.0, 16.0, generator=g).log_()
+        return _a_log(shape, g)
     if kind == "conv":
         return torch.randn(shape, generator=g) / math.sqrt(shape[-1])
     raise ValueError(f"unknown init kind {kind!r} for {name}")
