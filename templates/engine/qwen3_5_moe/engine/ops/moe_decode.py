@@ -22,6 +22,30 @@ _INTERP_UNADJ = tl.constexpr(1.925929944387236e-34)
 W_UNSCALE = tl.constexpr(1024.0)
 
 
+def _pair_asm(mag: str, sign: str) -> str:
+    """PTX for one nibble pair: ``mag`` moves the pair's magnitude bits to bf16 bits 6..8 / 22..24 and ``sign`` its
+    sign bits to 15 / 31 (each a shift of $2 into m / s, or a move for no shift); then the masks, the or and the
+    multiply by the scale pair {$3, $3}."""
+    return ("{ .reg .b32 m, s, c; " + mag + "; and.b32 m, m, 0x01C001C0; " + sign + "; "
+            "and.b32 s, s, 0x80008000; or.b32 m, m, s; mov.b32 c, {$3, $3}; mul.rn.bf16x2 m, m, c; "
+            "mov.b32 {$0, $1}, m; }")
+
+
+#: Nibbles I and I + 4 sit at bits 4I..4I+3 and 4I+16..4I+19 of the word: the shifts that place them.
+_ASM = (
+    tl.constexpr(_pair_asm("shl.b32 m, $2, 6", "shl.b32 s, $2, 12")),
+    tl.constexpr(_pair_asm("shl.b32 m, $2, 2", "shl.b32 s, $2, 8")),
+    tl.constexpr(_pair_asm("shr.u32 m, $2, 2", "shl.b32 s, $2, 4")),
+    tl.constexpr(_pair_asm("shr.u32 m, $2, 6", "mov.b32 s, $2")),
+)
+_ASM_0, _ASM_1, _ASM_2, _ASM_3 = _ASM
+
+
+@triton.jit
+def _asm_pair(w, s, ASM: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM, "=h,=h,r,h", [w, s], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
+
+
 @triton.jit
 def decode_pair(w, s, I: tl.constexpr):
     """Nibbles I and I + 4 of int32 words w → two bf16 tensors ``v · s · 2^-10`` (s: the words' group scales as bf16
@@ -31,28 +55,11 @@ def decode_pair(w, s, I: tl.constexpr):
         v_lo, v_hi = e2m1_word_pair(w, I)  # fp32, value × 2^-14
         f = s.to(tl.float32) * _INTERP_UNADJ
         return (v_lo * f).to(tl.bfloat16), (v_hi * f).to(tl.bfloat16)
+    elif I == 0:
+        return _asm_pair(w, s, _ASM_0)
+    elif I == 1:
+        return _asm_pair(w, s, _ASM_1)
+    elif I == 2:
+        return _asm_pair(w, s, _ASM_2)
     else:
-        if I == 0:
-            return tl.inline_asm_elementwise(
-                "{ .reg .b32 m, s, c; shl.b32 m, $2, 6; and.b32 m, m, 0x01C001C0; shl.b32 s, $2, 12; "
-                "and.b32 s, s, 0x80008000; or.b32 m, m, s; mov.b32 c, {$3, $3}; mul.rn.bf16x2 m, m, c; "
-                "mov.b32 {$0, $1}, m; }",
-                "=h,=h,r,h", [w, s], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
-        elif I == 1:
-            return tl.inline_asm_elementwise(
-                "{ .reg .b32 m, s, c; shl.b32 m, $2, 2; and.b32 m, m, 0x01C001C0; shl.b32 s, $2, 8; "
-                "and.b32 s, s, 0x80008000; or.b32 m, m, s; mov.b32 c, {$3, $3}; mul.rn.bf16x2 m, m, c; "
-                "mov.b32 {$0, $1}, m; }",
-                "=h,=h,r,h", [w, s], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
-        elif I == 2:
-            return tl.inline_asm_elementwise(
-                "{ .reg .b32 m, s, c; shr.u32 m, $2, 2; and.b32 m, m, 0x01C001C0; shl.b32 s, $2, 4; "
-                "and.b32 s, s, 0x80008000; or.b32 m, m, s; mov.b32 c, {$3, $3}; mul.rn.bf16x2 m, m, c; "
-                "mov.b32 {$0, $1}, m; }",
-                "=h,=h,r,h", [w, s], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
-        else:
-            return tl.inline_asm_elementwise(
-                "{ .reg .b32 m, s, c; shr.u32 m, $2, 6; and.b32 m, m, 0x01C001C0; "
-                "and.b32 s, $2, 0x80008000; or.b32 m, m, s; mov.b32 c, {$3, $3}; mul.rn.bf16x2 m, m, c; "
-                "mov.b32 {$0, $1}, m; }",
-                "=h,=h,r,h", [w, s], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
+        return _asm_pair(w, s, _ASM_3)
