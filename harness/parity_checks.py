@@ -192,7 +192,8 @@ def note_batch_dependence(fig: PromptFigures, greedy: list[int], alone_greedy: l
     rounding difference can do through a near-tied top-k routing choice even when every logits check passes."""
     j = fig.greedy_match
     if fig.greedy_match < fig.greedy_compared and j < min(len(greedy), len(alone_greedy)) and greedy[j] != alone_greedy[j]:
-        fig.failures[-1] += (f"; the same prompt's generate alone gave {alone_greedy[j]} there: this sequence's tokens "
+        at = next(i for i, f in enumerate(fig.failures) if f.startswith(f"greedy token {j} differs"))
+        fig.failures[at] += (f"; the same prompt's generate alone gave {alone_greedy[j]} there: this sequence's tokens "
                              f"depend on the batch it runs in (make every kernel's result independent of the other "
                              f"sequences' lengths and count)")
 

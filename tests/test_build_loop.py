@@ -223,7 +223,7 @@ def test_time_limit_stops_at_an_iteration_boundary(given_baseline, tmp_path):
     assert "stopped" in (runs / run_id / "summary.md").read_text()
     # the same resume without a larger limit would stop again at once: refused, naming the flag, nothing changed
     again = metainfer(repo, "build", "--resume", run_id, "--runs-dir", str(runs), check=False)
-    assert again.returncode != 0 and "has used its time limit of 0.001 min" in again.stderr and "--time-limit" in again.stderr
+    assert again.returncode != 0 and "time limit of 0.001 min reached" in again.stderr and "--time-limit" in again.stderr
     assert _state(runs, run_id)["status"] == "stopped"
 
 

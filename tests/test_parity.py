@@ -84,6 +84,10 @@ def test_a_greedy_failure_names_batch_dependence_when_generate_alone_differs():
     note_batch_dependence(f, [154, 915, 313], [154, 706, 938])  # alone took another token at the failing step
     assert "generate alone gave 706" in f.failures[-1] and "depend on the batch" in f.failures[-1]
     f = fig(1, 2)
+    f.failures.append("batched vs alone rel err 0.2 > 0.01")  # a later check's failure: the note still finds its line
+    note_batch_dependence(f, [154, 915, 313], [154, 706, 938])
+    assert "generate alone gave 706" in f.failures[0] and f.failures[1] == "batched vs alone rel err 0.2 > 0.01"
+    f = fig(1, 2)
     note_batch_dependence(f, [154, 915, 313], [154, 915, 313])  # the same tokens alone: a plain greedy failure
     assert f.failures == ["greedy token 1 differs"]
     f = PromptFigures("len0003", "batched", 3)

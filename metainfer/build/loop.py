@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.hashing import harness_digest
 from metainfer.agents import AGENTS, BudgetExceeded, ProposalContext, get_agent
+from metainfer.build.budget import budget_stop
 from metainfer.build.config import BuildConfig
 from metainfer.build.decision import Decision
 from metainfer.build.iteration import Verdict, judge, read_tunables, write_iteration
@@ -50,10 +51,9 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         if st["baseline"] is None and not baseline(s):
             return s.record
         while st["next_iteration"] <= st["iterations"]:
-            reason = budget_stop(s)
-            if reason:
-                flag = "--time-limit" if reason.startswith("time limit") else "--budget-usd"
-                reason += f"; continue with: {st.get('resume_command') or f'metainfer build --resume {s.record.run_id}'} {flag} <a larger total>"
+            stop = budget_stop(st["budget"], s.active_seconds(), st["cost_usd"])
+            if stop:
+                reason = stop.advice(st.get("resume_command") or f"metainfer build --resume {s.record.run_id}")
                 st["status"], st["stop_reason"] = "stopped", reason
                 s.progress.line(None, f"stopping: {reason}")
                 break
@@ -97,18 +97,6 @@ def make_agent(name: str, options: dict[str, Any], s: Session) -> Any:
 def _fresh_iter_dir(s: Session, i: int) -> None:
     """Empty ``iter-NNN/`` before an iteration starts, so a redone iteration keeps nothing of the interrupted try."""
     shutil.rmtree(s.record.path / f"iter-{i:03d}", ignore_errors=True)
-
-
-def budget_stop(s: Session) -> str | None:
-    """Why the run must stop at this iteration boundary (time limit or USD budget), or None."""
-    c, st = s.config, s.record.state
-    limit = st["budget"].get("time_limit_min")
-    if limit is not None and s.active_seconds() >= limit * 60:
-        return f"time limit of {limit:g} min reached ({s.active_seconds():.0f}s)"
-    usd = st["budget"].get("budget_usd")
-    if usd is not None and st["cost_usd"] >= usd:
-        return f"budget of ${usd:g} spent (${st['cost_usd']:.2f})"
-    return None
 
 
 def baseline(s: Session) -> bool:

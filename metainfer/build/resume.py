@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metainfer.agents import default_agent_name
+from metainfer.build.budget import budget_stop
 from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildConfig, BuildError, worktree_path
 from metainfer.build.decision import Decision, parse_trailers
 from metainfer.build.gate_runner import GateOutcome, kill_orphan
@@ -34,20 +35,6 @@ def resume_command(config: BuildConfig, run_id: str) -> str:
     if Path(config.runs_dir) != Path("runs"):
         cmd += f" --runs-dir {config.runs_path()}"
     return cmd
-
-
-def _spent_budget(st: dict, config: BuildConfig) -> str | None:
-    """Why run state ``st`` resumed with ``config`` would stop at once: its time limit (minutes over every session
-    of the run) or USD budget already used up and no new one given; None when it can work (a limit given anew is
-    the user's to set, and the run stops at its first iteration boundary if that one is spent too)."""
-    limit = st["budget"].get("time_limit_min") if config.time_limit_min is None else None
-    if limit is not None and st.get("active_seconds", 0.0) >= limit * 60:
-        return (f"has used its time limit of {limit:g} min ({st.get('active_seconds', 0.0) / 60:.1f} min over all its "
-                "sessions); pass a larger --time-limit (the total)")
-    usd = st["budget"].get("budget_usd") if config.budget_usd is None else None
-    if usd is not None and st.get("cost_usd", 0.0) >= usd:
-        return f"has spent its budget of ${usd:g} (${st.get('cost_usd', 0.0):.2f}); pass a larger --budget-usd (the total)"
-    return None
 
 
 def open_session(config: BuildConfig, progress: Progress, agent_label: str | None = None,
@@ -74,10 +61,11 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         st = record.state
         if st["status"] == "finished" and (config.iterations is None or config.iterations <= st["iterations"]):
             raise BuildError(f"run {record.run_id} is finished; pass --iterations above {st['iterations']} to extend it")
-        spent = _spent_budget(st, config)
-        if spent:  # it would stop again before doing anything: say what continues it instead
-            raise BuildError(f"run {record.run_id} {spent}; continue with: {resume_command(config, record.run_id)} "
-                             + ("--time-limit <total minutes>" if "time limit" in spent else "--budget-usd <total USD>"))
+        given = {"time_limit_min": config.time_limit_min, "budget_usd": config.budget_usd}  # a limit given anew is the user's
+        stop = budget_stop({k: st["budget"].get(k) if v is None else None for k, v in given.items()},
+                           st.get("active_seconds", 0.0), st.get("cost_usd", 0.0))
+        if stop:  # it would stop again before doing anything: say what continues it instead
+            raise BuildError(f"run {record.run_id}: {stop.advice(resume_command(config, record.run_id))}")
         check_present(st["gpu"])
         target = make_target(st["model"], st["quant"], st["gpu"])
         lock_target(root, target.name)  # released by the caller (``release_session``) or at exit
