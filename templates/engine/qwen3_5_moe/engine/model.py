@@ -88,11 +88,12 @@ class Model:
 
     def lm_head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [R, V] of final-normed x bf16 [R, H], accumulated in fp32 and never rounded to bf16
-        (bf16 logits tie often: 8 mantissa bits). On CPU the weight is upcast per call (small models only)."""
+        (bf16 logits tie often: 8 mantissa bits). On CPU the weight is upcast per call (small models only), and each
+        row's logits do not depend on the other rows (``kernels.ref.mm_rows``)."""
         if self.fp32_out_mm:
             return torch.mm(x, self.w.lm_head.t(), out_dtype=torch.float32)
         if x.device.type == "cpu":
-            return x.float() @ self.w.lm_head.float().t()
+            return kernels.ref.mm_rows(x, self.w.lm_head)
         return F.linear(x, self.w.lm_head).float()  # no fp32-output GEMM in this torch build
 
 

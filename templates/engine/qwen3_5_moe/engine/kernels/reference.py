@@ -60,10 +60,20 @@ def dequant_nvfp4_ref(packed: torch.Tensor, scale: torch.Tensor, gscale: torch.T
     return vals * blocks * gscale.float()
 
 
+def mm_rows(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a @ w.T`` for a [M, K] and w [N, K] (any float dtypes), float32 [M, N], each row's result independent of the
+    other rows. Why float64: the CPU's float32 GEMM takes another kernel, so another summation order, for one row
+    than for several (measured: 6e-6 apart at K = 256), and the bf16 rounding after it turns that into a sequence whose
+    numbers depend on the batch around it (docs/CONTRACTS.md); in float64 the orders differ by ~1e-16, far below
+    float32's rounding."""
+    return (a.double() @ w.double().T).float()
+
+
 def nvfp4_linear_ref(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, gscale: torch.Tensor) -> torch.Tensor:
-    """``x @ W.T`` with W the dequantized NVFP4 weight; x bf16 [M, K] → bf16 [M, N], fp32 accumulation."""
+    """``x @ W.T`` with W the dequantized NVFP4 weight; x bf16 [M, K] → bf16 [M, N], row-invariant accumulation
+    (``mm_rows``)."""
     w = dequant_nvfp4_ref(packed, scale, gscale.reshape(()))
-    return (x.float() @ w.T).to(x.dtype)
+    return mm_rows(x, w).to(x.dtype)
 
 
 def route_topk_ref(logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +149,7 @@ def moe_nvfp4_ref(
     """Routed experts: ``out[t] = sum_j w[t,j] * down_e(silu(gate_e(x_t)) * up_e(x_t))``, e = ids[t,j].
 
     HF ``Qwen3_5MoeExperts.forward`` with NVFP4 weights. Rows [0, I) of w13 are gate (global
-    scale g13[e, 0]), rows [I, 2I) up (g13[e, 1]). gate/up in fp32, the activation
+    scale g13[e, 0]), rows [I, 2I) up (g13[e, 1]). gate/up in fp32 (``mm_rows``: row-invariant), the activation
     ``silu(gate) * up`` rounded to x's dtype (the kernel stores it in bf16 between the GEMMs),
     down and the weighted sum over k in fp32, one final cast. Shapes: x [T,H], ids/weights
     [T,k], w13 [E,2I,H/2], s13 [E,2I,H/16], g13 [E,2], w2 [E,H,I/2], s2 [E,H,I/16], g2 [E].
@@ -152,10 +162,10 @@ def moe_nvfp4_ref(
         tok, pos = torch.where(ids == e)
         g = torch.cat([g13[e, 0].expand(inter), g13[e, 1].expand(inter)]).reshape(-1, 1)
         w_gu = dequant_nvfp4_ref(w13[e], s13[e], g)  # [2I, H]
-        gu = x[tok].float() @ w_gu.T  # [n, 2I]
+        gu = mm_rows(x[tok], w_gu)  # [n, 2I]
         h = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(x.dtype)
         w_d = dequant_nvfp4_ref(w2[e], s2[e], g2[e])  # [H, I]
-        y = h.float() @ w_d.T  # [n, H]
+        y = mm_rows(h, w_d)  # [n, H]
         out.index_add_(0, tok, y * topk_weights[tok, pos].float().unsqueeze(-1))
     return out.to(x.dtype)
 
