@@ -119,7 +119,8 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
     quick = {k: v for k, v in (("lengths", parity_lengths(a)), ("steps", a.parity_steps)) if v is not None}
     res = run_parity(a.engine, a.checkpoint, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                      isolation=ctx.isolation, reference=ctx.shared.get("reference"),
-                     engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=ctx.capacity, **quick)
+                     engine_worker=ctx.shared.pop("engine_worker", None), load_capacity=ctx.capacity,
+                     serving="quick" if a.parity_lengths or a.parity_steps else "full", **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
     return _parity_outcome(res)
@@ -165,7 +166,7 @@ def stage_twin(ctx: StageContext) -> StageOutcome:
         before = fingerprint(ck, memo, disk_cache=False)
         res = run_parity(a.twin_engine, ck, seed=a.seed, device=a.device, prompt_nonce=ctx.nonce, limits=ctx.limits,
                          isolation=ctx.isolation, reference_dtype="float32",
-                         lengths=twin_prompt_lengths(parity_lengths(a), a.device), steps=a.parity_steps)
+                         lengths=twin_prompt_lengths(parity_lengths(a), a.device), steps=a.parity_steps, serving="off")
         changed = differences(before, fingerprint(ck, memo, disk_cache=False))
     finally:
         shutil.rmtree(work, ignore_errors=True)

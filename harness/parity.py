@@ -15,6 +15,7 @@ layer-local precision cut shows even when the logits stay within tolerance.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from harness.parity_result import ParityResult, PromptFigures, RunFigures, forma
 from harness.prompts import Prompt, default_lengths, default_steps, fresh_seed, make_prompts
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache, default_reference_dtype
+from harness.serving_checks import ServingConfig
 from harness.tolerances import Tolerance, get_tolerance
 from harness.worker import EngineError, Worker, WorkerFailure, WorkerLimits
 from harness.workloads import Capacity
@@ -35,6 +37,10 @@ from metainfer.errors import MetainferError
 
 __all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_reference_dtype", "format_table", "parity_capacity",
            "prompt_seed", "run_parity"]
+
+
+#: mixed into the prompt seed to draw the serving script (its draws differ from the prompts')
+SERVING_SALT = 0x5E4F1CE
 
 
 class EngineDirError(MetainferError):
@@ -97,6 +103,7 @@ def run_parity(
     isolation: str | None = None,
     engine_worker: Worker | None = None,
     load_capacity: Capacity | None = None,
+    serving: str = "full",
 ) -> ParityResult:
     """Run the parity stage of the engine in ``engine_dir`` on the checkpoint in ``checkpoint_dir``.
 
@@ -117,6 +124,9 @@ def run_parity(
         load_capacity: the ``engine.load`` capacity to ask for at least (the gate passes the same one to every stage,
             ``harness.gate_stages.gate_capacity``, so load's arguments do not tell parity from the bench); the load
             asks for its union with :func:`parity_capacity`.
+        serving: the serving script (``harness.serving_checks``): ``full`` (192 sampled tokens on the CPU, 128 on a
+            GPU), ``quick`` (24, enough for gross sampler breaks only: the gate's quick parity, ``--parity-lengths`` /
+            ``--parity-steps``) or ``off`` (the twin stage, which judges precision on a truncated model).
     Returns:
         ``ParityResult``; an engine that raises, overruns a limit (``verdict == "timeout"``) or dies
         (``"crashed"``) makes a failed result, not an exception.
@@ -128,6 +138,8 @@ def run_parity(
         harness.worker.WorkerFailure: the reference worker (not the engine) overran or died.
     """
     start = time.perf_counter()
+    if serving not in ("full", "quick", "off"):
+        raise ValueError(f"serving={serving!r}: use full, quick or off")
     seed = fresh_seed() if seed is None else seed
     lengths = default_lengths(device) if lengths is None else tuple(lengths)
     steps = default_steps(device) if steps is None else steps
@@ -181,7 +193,10 @@ def run_parity(
                        "reference runs and then the engine load (one GPU): %.1f s"))
             tol = get_tolerance(engine_dtype, reference.dtype).for_device(device)
             checks = Phase()
-            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol, wide=cap.max_batch)
+            script = None if serving == "off" else ServingConfig(
+                prompt_seed(seed, nonce) ^ SERVING_SALT, _eos(checkpoint_dir), exact=device == "cpu",
+                pairs=6 if serving == "quick" else 24 if device == "cpu" else 16, tokens=4 if serving == "quick" else 8)
+            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol, wide=cap.max_batch, serving=script)
             checks.done("engine runs and checks of %d prompts: %.1f s", len(prompts))
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict
@@ -217,7 +232,17 @@ def run_parity(
         mixer_local_advisory=run.mixer_local_advisory, advisories=list(run.advisories),
         consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
         reference_consistency=dict(run.reference_consistency),
+        serving=asdict(run.serving) if run.serving is not None else None,
     )
+
+
+def _eos(checkpoint_dir: Path) -> int | None:
+    """The checkpoint's EOS id (``text_config.eos_token_id``; the first of a list), None when it names none."""
+    from metainfer.checkpoint import CheckpointReader
+
+    eos = CheckpointReader(checkpoint_dir).text_config.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    return int(eos) if isinstance(eos, int) else None
 
 
 def _failed_layer(failures: list[str]) -> str | None:

@@ -18,6 +18,7 @@ from harness.parity_result import PromptFigures, RunFigures
 from harness.prompts import Prompt
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache
+from harness.serving_checks import ServingConfig, check_serving
 from harness.tolerances import Tolerance
 
 
@@ -206,12 +207,13 @@ def judge_batch(fig: PromptFigures, e: torch.Tensor, alone: torch.Tensor, tol: T
 
 
 def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
-             tol: Tolerance, wide: int = 0) -> tuple[list[PromptFigures], RunFigures]:
+             tol: Tolerance, wide: int = 0, serving: ServingConfig | None = None) -> tuple[list[PromptFigures], RunFigures]:
     """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``).
 
     ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` the short prompts are run
     once more as a batch of that many sequences (``parity_engine.wide_indices``), teacher-forced and greedy, each
-    entry (mode ``wide<B>``) judged as a batched one is."""
+    entry (mode ``wide<B>``) judged as a batched one is. ``serving``: run the serving script last
+    (``harness.serving_checks``; its failures are run-level failures), None to leave it out."""
     runs = Phase()
     alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
     alone_greedy = [greedy_tokens(engine, [r])[0] for r in refs]
@@ -247,4 +249,10 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     wide_runs = [(hidden_of[i], ew) for i, ew in zip(wide_idx, wide_logits, strict=True) if i in hidden_of]
     if wide_runs:
         runs["wide"] = wide_runs
-    return figs, run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
+    run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
+    if serving is not None:
+        script = Phase()
+        run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, serving)
+        run.failures += run.serving.failures
+        script.done("serving script: %d requests in %d steps, %.1f s", run.serving.requests, run.serving.steps)
+    return figs, run

@@ -28,6 +28,9 @@ class EngineApi:
     def generate(self, prompts: list[list[int]], n: int) -> list[list[int]]:
         return self.w.call("engine.generate", prompts=prompts, max_tokens=n)
 
+    def script(self, prompts: list[list[int]], requests: list[dict], max_steps: int) -> dict:
+        return self.w.call("engine.script", prompts=prompts, requests=requests, max_steps=max_steps)
+
 
 def decode_schedule(batch: int, steps: int) -> list[list[tuple[int, int]]]:
     """The order of the teacher-forced decode steps of ``batch`` sequences prefilled together: per ``decode`` call,

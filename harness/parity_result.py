@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.serving_checks import ServingFigures
 
 
 @dataclass
@@ -79,6 +83,7 @@ class RunFigures:
             same prompts, pooled alike (``harness.reference_cached``); empty when not measured.
         failures: every run-level check over its tolerance, in words.
         advisories: checks over their threshold that do not fail the run (``mixer_local_advisory``), in words.
+        serving: the serving script's figures (``harness.serving_checks.ServingFigures``), None where it did not run.
     """
 
     update_errors: list[float] | None = None
@@ -93,6 +98,7 @@ class RunFigures:
     reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     advisories: list[str] = field(default_factory=list)
+    serving: ServingFigures | None = None
 
 
 @dataclass
@@ -122,7 +128,7 @@ class ParityResult:
         update_failures: every run-level check over its tolerance (pooled update, layer-local update and
             logits, consistency; ``RunFigures.failures``): each makes a red result.
         local_update_errors, local_update_tolerances, local_logits_err, mixer_local_errors, mixer_local_tolerance,
-            mixer_local_advisory, consistency, consistency_tolerances, reference_consistency, advisories: the
+            mixer_local_advisory, consistency, consistency_tolerances, reference_consistency, advisories, serving (as a dict): the
             run-level figures of ``RunFigures``.
     """
 
@@ -157,6 +163,7 @@ class ParityResult:
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
     reference_consistency: dict[str, float] = field(default_factory=dict)
     advisories: list[str] = field(default_factory=list)
+    serving: dict | None = None
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""
@@ -216,6 +223,11 @@ def format_table(result: ParityResult) -> str:
         lines.append("layer-local token mixer " + " ".join(f"{x:.2e}" for x in result.mixer_local_errors)
                      + f" (threshold {result.mixer_local_tolerance:.3g}"
                      + (", advisory: not yet calibrated on this device)" if result.mixer_local_advisory else ")"))
+    sv = result.serving
+    if sv:
+        lines.append(f"serving script: {sv['requests']} requests in {sv['steps']} scheduler steps, {sv['greedy_tokens']} greedy "
+                     f"tokens against the reference, {sv['samples']} samples (z {sv['z']:.2f}, KS {sv['ks']:.3f} of "
+                     f"{sv['ks_max']:.3f}), sampled pairs differing {sv['twins_differ']}/{sv['pairs']}")
     for f in result.update_failures:
         lines.append(f"FAIL: {f}")
     for f in result.advisories:

@@ -12,7 +12,8 @@ Started by ``harness.worker.Worker`` only. Each request ``{"op", "args"}`` gets 
   ``engine.decode``, ``engine.release``,
   ``engine.generate`` (greedy, EOS ignored; outputs made Python ints and CUDA synchronised
   before the reply, so the judge's clock covers all the work), ``engine.margins`` (teacher-forced
-  greedy margins of given tokens, for the bench's output check), ``engine.profile``.
+  greedy margins of given tokens, for the bench's output check), ``engine.profile``, ``engine.script`` (parity's
+  serving script through the engine's ``Scheduler``: ``harness.worker_script``).
 
 Every reply is sent after all CUDA work the worker queued has finished (``serve``).
 
@@ -183,10 +184,16 @@ def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
     return {"top1": top.indices, "gap": top.values - rows.gather(1, idx).squeeze(1), "std": rows.std(-1)}
 
 
+def engine_script(prompts: list[list[int]], requests: list[dict], max_steps: int) -> dict:
+    from harness.worker_script import run_script
+
+    return run_script(_state["module"], _state["engine"], [list(map(int, p)) for p in prompts], list(requests), int(max_steps))
+
+
 OPS = {"hello": hello, "static": static, "reference.load": reference_load, "reference.run": reference_run,
        "reference.hidden": reference_hidden, "reference.local": reference_local, "engine.load": engine_load, "engine.prefill": engine_prefill,
        "engine.decode": engine_decode, "engine.release": engine_release, "engine.generate": engine_generate,
-       "engine.margins": engine_margins}
+       "engine.margins": engine_margins, "engine.script": engine_script}
 
 
 def engine_profile(prompt: list[int], decode_prompts: list[list[int]], decode_tokens: list[int], warmup: int = 1) -> dict:

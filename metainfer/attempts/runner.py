@@ -43,7 +43,8 @@ class Setup:
         judge: folder holding the judge's ``harness/`` and ``metainfer/`` packages; copied per attempt.
         rounds, workloads: gate flags.
         parity_lengths, parity_steps: a quick parity (as ``tests/test_cheats.py`` always ran) for every attempt
-            but the precision cuts, which get the gate's full parity (None: the full one for all).
+            but the precision cuts and the serving breaks, which get the gate's full parity (None: the full one for
+            all; the quick one runs a short serving script, too short to see a misshapen sampler reliably).
         timeout_s: wall-clock limit of one gate run, seconds; past it the attempt is a ``hang``.
         timeout_scale: the gate's ``--timeout-scale`` (its per-call worker limits times this), passed when
             the judge has the flag: the CPU defaults (minutes per call) would make each hang cost minutes.
@@ -208,7 +209,7 @@ def run_attempt(a: Attempt, setup: Setup, workdir: Path) -> Outcome:
     for i in range(1, a.runs + 1):
         out = home / "run" / f"iter-{i:03d}" / "gate.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        rc, dt = _run_gate(_gate_argv(setup, cand, base, ckpt, seed + i, out, a.klass == "precision"), judge, out.with_name("gate.log"), setup.timeout_s)
+        rc, dt = _run_gate(_gate_argv(setup, cand, base, ckpt, seed + i, out, a.klass in ("precision", "serving")), judge, out.with_name("gate.log"), setup.timeout_s)
         seconds += dt
         try:
             record = json.loads(out.read_text())
@@ -235,7 +236,7 @@ def run_all(attempts: list[Attempt], setup: Setup, workdir: Path, jobs: int = 1,
         return o
 
     # slow attempts first, so a parallel run does not end on one long tail
-    order = sorted(attempts, key=lambda a: (a.klass not in ("hang", "precision", "in-process", "bench"), a.name))
+    order = sorted(attempts, key=lambda a: (a.klass not in ("hang", "precision", "serving", "in-process", "bench"), a.name))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         done = dict(zip([a.name for a in order], pool.map(one, order)))
     return [done[a.name] for a in attempts]

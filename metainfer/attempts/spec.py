@@ -20,7 +20,7 @@ from metainfer.errors import MetainferError
 #: Where a cheat must be stopped: a red stage by name, any red stage, or anything but an acceptance.
 STAGES = ("static", "parity", "bench", "any-red", "not-accepted")
 VERDICTS = ("fail", "timeout", "crashed", "tampered")
-CLASSES = ("precision", "in-process", "bench", "static", "hang", "honest")
+CLASSES = ("precision", "serving", "in-process", "bench", "static", "hang", "honest")
 
 
 class AttemptError(MetainferError):

@@ -1,0 +1,251 @@
+"""Judge parity's serving script (``harness.serving_script``): what the engine's ``Scheduler`` gave each request.
+
+Checks, each a parity failure when broken (docs/PARITY.md, "Serving script"):
+- **ends**: a request ends right after its first stop id (``stop_token_ids``, plus EOS unless ``ignore_eos``) with
+  ``finish_reason`` ``stop``, else after exactly ``max_tokens`` with ``length``; an aborted one reports ``abort`` and
+  got no token at or after its abort; every request finishes (the worker raises on a stalled scheduler);
+- **greedy**: a greedy request's tokens follow the reference's continuation of its prompt up to a tie, under the same
+  rule as the batched greedy run (``parity_metrics.greedy_agreement``), though it joined while others ran;
+- **logprobs**: reported log-probabilities are ``log_softmax`` of the raw logits (before temperature and filters) at
+  the sampled token and at the top ids, within the row's own uncertainty;
+- **seeds**: the two requests of a sampled pair (same prompt, settings and seed, other arrival and neighbours) sample
+  the same tokens (on the CPU always; on a GPU, whose forward may round differently per batch, in all but a fifth
+  of the pairs);
+- **sampling**: the sampled tokens are draws from the distributions their settings define on the engine's own
+  teacher-forced rows (``harness.sampling_stats``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.parity_engine import EngineApi
+from harness.parity_metrics import greedy_agreement
+from harness.reference import ReferenceRun
+from harness.sampling_stats import sample_test
+from harness.serving_script import ScriptOutput, ScriptRequest, make_script, max_steps
+from harness.worker import EngineError
+
+#: failures named in full; more are counted
+SHOWN = 6
+#: share of sampled pairs that may differ where the forward is not batch-invariant (a GPU)
+TWIN_SLACK = 0.2
+
+
+@dataclass
+class ServingConfig:
+    """How parity runs the serving script: ``seed`` draws it (the parity prompt seed), ``eos`` the checkpoint's EOS
+    id (None: no EOS request), ``exact`` whether the forward is batch-invariant (the CPU: twins must agree), and the
+    size of its sampled part: ``pairs`` pairs of ``tokens`` tokens each."""
+
+    seed: int
+    eos: int | None
+    exact: bool
+    pairs: int = 32
+    tokens: int = 8
+
+
+@dataclass
+class ServingFigures:
+    """What the serving script showed (``RunFigures.serving``).
+
+    Attributes:
+        requests, steps: requests in the script and scheduler steps it took. greedy_tokens: greedy tokens compared with
+        the reference. samples: sampled tokens tested; z, z_groups, ks, ks_max: ``sampling_stats.SampleTest``'s.
+        twins_differ / pairs: sampled pairs whose two requests sampled differently, of all pairs.
+        failures: every broken check, in words.
+    """
+
+    requests: int = 0
+    steps: int = 0
+    greedy_tokens: int = 0
+    samples: int = 0
+    z: float = math.nan
+    z_groups: dict[str, float] = field(default_factory=dict)
+    ks: float = math.nan
+    ks_max: float = math.nan
+    twins_differ: int = 0
+    pairs: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _ends(r: ScriptRequest, o: ScriptOutput, eos: int | None) -> str | None:
+    """Why request ``r`` ended wrongly, else None."""
+    if r.abort_at is not None and o.finish_reason == "abort":
+        late = [s for s in o.steps if s >= r.abort_at]
+        return f"got {len(late)} token(s) after it was aborted" if late else None
+    if r.abort_after is not None and r.abort_after < r.max_tokens:  # aborted right after its abort_after-th token
+        if (len(o.tokens), o.finish_reason) != (r.abort_after, "abort") and not _ended_first(r, o, eos):
+            return (f"was aborted after its token {r.abort_after} but ended with {len(o.tokens)} token(s) and "
+                    f"{o.finish_reason!r}")
+        return None
+    stop = set(r.stop_token_ids) | ({eos} if eos is not None and not r.ignore_eos else set())
+    first = next((k for k, t in enumerate(o.tokens) if t in stop), None)
+    want = (first + 1, "stop") if first is not None else (r.max_tokens, "length")
+    if r.abort_at is not None and o.finish_reason != "abort" and (o.finished_step is None or o.finished_step >= r.abort_at):
+        return f"was aborted before step {r.abort_at} but finished with {o.finish_reason!r}"
+    if (len(o.tokens), o.finish_reason) != want:
+        return (f"ended after {len(o.tokens)} token(s) with {o.finish_reason!r}; its stop ids {sorted(stop)} and max_tokens "
+                f"{r.max_tokens} end it after {want[0]} with {want[1]!r}")
+    return None
+
+
+def _ended_first(r: ScriptRequest, o: ScriptOutput, eos: int | None) -> bool:
+    """True when ``o`` ended at a stop id before ``r``'s abort could come (legitimately: checked as a plain end)."""
+    stop = set(r.stop_token_ids) | ({eos} if eos is not None and not r.ignore_eos else set())
+    return o.finish_reason == "stop" and len(o.tokens) <= (r.abort_after or 0) and bool(o.tokens) and o.tokens[-1] in stop
+
+
+def _logprob_errors(o: ScriptOutput, rows: torch.Tensor, upto: int, tol: list[float], k: int) -> str | None:
+    """The first reported logprob (of tokens ``< upto``) off ``log_softmax(rows[j])`` by more than ``tol[j]``."""
+    if len(o.logprobs) != len(o.tokens):
+        return f"asked for logprobs, got {len(o.logprobs)} for {len(o.tokens)} tokens"
+    for j in range(min(upto, rows.shape[0])):
+        ls = torch.log_softmax(rows[j].double(), -1)
+        tok, lp, top = o.logprobs[j]
+        if tok != o.tokens[j] or not abs(lp - float(ls[tok])) <= tol[j]:
+            return f"token {j}: logprob {lp:.4g} of id {tok}, its row says {float(ls[o.tokens[j]]):.4g} (raw logits, before temperature)"
+        kth = float(torch.topk(ls, k).values[-1])
+        if len(top) != k or any(not 0 <= i < ls.shape[0] or not abs(v - float(ls[i])) <= tol[j] or float(ls[i]) < kth - 2 * tol[j]
+                                for i, v in top):
+            return f"token {j}: its {len(top)} top logprobs are not the row's top {k}"
+    return None
+
+
+def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], batched: list[torch.Tensor],
+                  slots: int, tie_floor: float, cfg: ServingConfig) -> ServingFigures:
+    """Run the serving script on ``engine`` and judge it.
+
+    ``alone`` / ``batched``: each prompt's teacher-forced logits (``parity_engine.teacher_forced_logits``), whose
+    difference is the greedy slack, and its largest entry how far a sampling row may lie from its teacher-forced one.
+    Raises what the engine's worker raises (the caller makes it the parity verdict).
+    """
+    fig = ServingFigures()
+    script = make_script(refs, slots, cfg.seed, sampled_pairs=cfg.pairs, sampled_tokens=cfg.tokens, eos=cfg.eos)
+    reply = engine.script([r.prompt for r in refs], [r.to_wire() for r in script], max_steps(script, refs))
+    outs = {int(k): ScriptOutput.from_wire(v) for k, v in reply["outputs"].items()}
+    fig.requests, fig.steps = len(script), int(reply["steps"])
+    bad: list[str] = []
+    for r in script:
+        o = outs.get(r.rid)
+        if o is None:
+            bad.append(f"request {r.rid} got no output")
+            continue
+        why = _ends(r, o, cfg.eos)
+        if why:
+            bad.append(f"request {r.rid} ({r.kind}, arrived before step {r.arrive}) {why}")
+        if r.kind != "sampled":
+            bad += _greedy(r, o, refs[r.ref], alone[r.ref], batched[r.ref], tie_floor, fig)
+    leak = _capacity(engine, refs, slots)
+    if leak:  # the sampled rows need the engine's slots: judged on what is known
+        return _done(fig, bad + leak)
+    slack = max((float(torch.nan_to_num((a - b).abs(), nan=0.0, posinf=0.0).amax()) for a, b in zip(alone, batched)),
+                default=0.0)
+    return _done(fig, bad + _sampled(engine, script, outs, refs, slack, cfg, fig))
+
+
+def _done(fig: ServingFigures, bad: list[str]) -> ServingFigures:
+    """``fig`` with the first ``SHOWN`` failures in words and a count of the rest."""
+    fig.failures = [f"serving script: {b}" for b in bad[:SHOWN]] + ([f"serving script: and {len(bad) - SHOWN} more"]
+                                                                      if len(bad) > SHOWN else [])
+    return fig
+
+
+def _capacity(engine: EngineApi, refs: list[ReferenceRun], slots: int) -> list[str]:
+    """After the script every slot must be free again: prefill ``slots`` copies of the shortest prompt, release them."""
+    prompt = min((r.prompt for r in refs), key=len)
+    try:
+        res = engine.prefill([prompt] * slots, rows=[[0]] * slots)
+    except EngineError as err:
+        return [f"after every request finished or was aborted, the engine could not take its {slots} sequences again "
+                f"({str(err)[:240]}): a finished or aborted request kept its slot"]
+    engine.release(list(res["slots"]))
+    return []
+
+
+def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tensor, eb: torch.Tensor, tie_floor: float,
+            fig: ServingFigures) -> list[str]:
+    m = min(len(o.tokens), len(ref.continuation))
+    if m == 0:
+        return []
+    rows = slice(ref.split - 1, ref.split - 1 + m)
+    slack = (ea[rows] - eb[rows]).abs().amax(-1)
+    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
+    match, compared = greedy_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], ref.logits[rows], floor_rel=tie_floor, slack=slack)
+    fig.greedy_tokens += compared
+    out = []
+    if match < compared:
+        out.append(f"request {r.rid} (greedy, a {len(ref.prompt)}-token prompt, arrived before step {r.arrive}): token "
+                   f"{match} is {o.tokens[match]} where the reference has {ref.continuation[match]} and no tie explains it")
+    if r.logprobs is not None:
+        floor = [4 * float(s) + 1e-5 * max(1.0, float(ea[ref.split - 1 + j].abs().max())) for j, s in enumerate(slack)]
+        why = _logprob_errors(o, ea[rows], match, floor, r.logprobs)
+        if why:
+            out.append(f"request {r.rid} (greedy, logprobs {r.logprobs}) {why}")
+    return out
+
+
+def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, ScriptOutput], refs: list[ReferenceRun],
+             slack: float, cfg: ServingConfig, fig: ServingFigures) -> list[str]:
+    """Twins, logprobs and the sample tests of the sampled pairs; ``slack``: the largest logit difference between
+    the engine's alone and batched runs of one prompt, by which a sampling row may lie from its teacher-forced one."""
+    bad: list[str] = []
+    firsts = [r for r in script if r.kind == "sampled" and r.twin is not None and r.twin > r.rid]
+    tested: list[ScriptRequest] = []
+    for r in firsts:
+        a, b = outs.get(r.rid), outs.get(r.twin)
+        if a is None or b is None:
+            continue
+        fig.pairs += 1
+        tested.append(r)
+        if a.tokens != b.tokens:
+            fig.twins_differ += 1
+            tested.append(script[r.twin])
+            if cfg.exact:
+                bad.append(f"requests {r.rid} and {r.twin} (same prompt, settings and seed {r.seed}, other neighbours) sampled "
+                           f"{a.tokens} and {b.tokens}: a request's samples must depend on its seed only")
+    if not cfg.exact and fig.twins_differ > max(1, TWIN_SLACK * fig.pairs):
+        bad.append(f"{fig.twins_differ} of {fig.pairs} sampled pairs (same prompt, settings and seed) sampled different "
+                   "tokens: a request's samples must depend on its seed, not on its neighbours")
+    seqs = [(r, outs[r.rid]) for r in tested if len(outs[r.rid].tokens) == r.max_tokens]  # others failed their ends
+    rows = _teacher_rows(engine, [(refs[r.ref].prompt, o.tokens) for r, o in seqs], len(refs))
+    rng = random.Random(cfg.seed ^ 0x5A5A)
+    flat_rows, toks, settings, deltas = [], [], [], []
+    for (r, o), rr in zip(seqs, rows, strict=True):
+        d = [2 * slack + 1e-5 * max(1.0, float(rr[j].abs().max())) for j in range(len(o.tokens))]
+        for j, t in enumerate(o.tokens):
+            flat_rows.append(rr[j])
+            toks.append(t)
+            settings.append((r.temperature, r.top_k, r.top_p))
+            deltas.append(d[j])
+        if r.logprobs is not None:
+            why = _logprob_errors(o, rr, len(o.tokens), [2 * x + 1e-4 for x in d], r.logprobs)
+            if why:
+                bad.append(f"request {r.rid} (sampled at temperature {r.temperature:g}, logprobs {r.logprobs}) {why}")
+    test = sample_test(flat_rows, toks, settings, deltas, [rng.random() for _ in toks])
+    fig.samples, fig.z, fig.z_groups, fig.ks, fig.ks_max = test.n, test.z, dict(test.z_groups or {}), test.ks, test.ks_max
+    return bad + list(test.failures or [])
+
+
+def _teacher_rows(engine: EngineApi, seqs: list[tuple[list[int], list[int]]], slots: int) -> list[torch.Tensor]:
+    """The engine's logits along each sampled path, on the path the scheduler sampled them from: the prompt's last
+    prefill row, then one ``decode`` per token but the last; float32 [m, V] per sequence (row j predicted token j),
+    ``slots`` sequences at a time (the engine's capacity), all of a group decoded together."""
+    out: list[torch.Tensor] = []
+    for at in range(0, len(seqs), max(1, slots)):
+        part = seqs[at : at + slots]
+        res = engine.prefill([p for p, _ in part], rows=[[len(p) - 1] for p, _ in part])
+        rows = [[lg.float()[-1:]] for lg in res["logits"]]
+        try:
+            for j in range(len(part[0][1]) - 1):
+                step = engine.decode(list(res["slots"]), [t[j] for _, t in part])  # [B, V]
+                for k in range(len(part)):
+                    rows[k].append(step[k : k + 1].float())
+        finally:
+            engine.release(list(res["slots"]))
+        out += [torch.cat(r) for r in rows]
+    return out

@@ -1,0 +1,160 @@
+"""Parity's serving script: the sampling tests on known samplers, the script's draw, the end rules, and the worker's
+run of it on the real tiny engine (and on copies with a broken scheduler)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.sampling_stats import could_be_kept, filtered_log_probs, sample_test
+from harness.serving_checks import _ends
+from harness.serving_script import SAMPLED_SETTINGS, ScriptOutput, ScriptRequest, make_script, max_steps
+from harness.worker_script import run_script
+from test_engine_support import prompt, render_tiny
+
+
+def _draws(sampler, seed: int, n: int = 256, vocab: int = 512) -> tuple:
+    """``n`` rows of N(0, 2.2²) logits (the tiny model's spread), one token each by ``sampler(row, t, k, p, gen)``."""
+    g = torch.Generator().manual_seed(seed)
+    rows, toks, sets = [], [], []
+    for i in range(n):
+        row = torch.randn(vocab, generator=g) * 2.2
+        st = SAMPLED_SETTINGS[(i // 8) % len(SAMPLED_SETTINGS)]
+        rows.append(row)
+        sets.append(st)
+        toks.append(sampler(row, *st, g))
+    rng = random.Random(seed)
+    return rows, toks, sets, [1e-5] * n, [rng.random() for _ in range(n)]
+
+
+def _honest(row, t, k, p, g):
+    return int(torch.multinomial(filtered_log_probs(row, t, k, p).exp(), 1, generator=g))
+
+
+BROKEN = {
+    "argmax": lambda row, t, k, p, g: int(row.argmax()),
+    "no temperature": lambda row, t, k, p, g: _honest(row, 1.0, k, p, g),
+    "no top_k": lambda row, t, k, p, g: _honest(row, t, 0, p, g),
+    "no top_p": lambda row, t, k, p, g: _honest(row, t, k, 1.0, g),
+    "top-16 only": lambda row, t, k, p, g: _honest(row, t, min(k, 16) if k else 16, p, g),
+}
+
+
+def test_an_honest_sampler_passes_at_every_seed():
+    for seed in range(12):
+        res = sample_test(*_draws(_honest, seed))
+        assert res.failures == [] and res.n == 256 and abs(res.z) < 4 and res.ks < res.ks_max, (seed, res)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_samplers_fail(name):
+    for seed in range(3):
+        res = sample_test(*_draws(BROKEN[name], seed))
+        assert res.failures, (name, seed, res)
+
+
+def test_a_token_just_past_a_cut_is_excused_only_within_the_rows_uncertainty():
+    row = torch.tensor([5.0, 4.0, 3.0, 2.999, 1.0, 0.5])
+    assert not torch.isfinite(filtered_log_probs(row, 1.0, 3, 1.0)[3])  # rank 3 is outside top_k 3
+    assert could_be_kept(row, 3, 1.0, 3, 1.0, delta=0.001)  # 0.001 below the 3rd: a rounding could swap them
+    assert not could_be_kept(row, 4, 1.0, 3, 1.0, delta=0.001)
+    res = sample_test([row], [4], [(1.0, 3, 1.0)], [0.001], [0.5])
+    assert res.failures and "outside" in res.failures[0]
+
+
+@dataclass
+class _Ref:
+    prompt: list[int]
+    continuation: list[int]
+
+
+def _refs(lengths=(1, 3, 17, 40), steps: int = 6) -> list[_Ref]:
+    return [_Ref(prompt(n, 10 + n), prompt(steps, 20 + n)) for n in lengths]
+
+
+def test_the_script_is_drawn_from_its_seed():
+    refs = _refs()
+    a, b = make_script(refs, 6, 7, sampled_pairs=5, sampled_tokens=4, eos=1000), make_script(refs, 6, 7, sampled_pairs=5, sampled_tokens=4, eos=1000)
+    assert a == b and a != make_script(refs, 6, 8, sampled_pairs=5, sampled_tokens=4, eos=1000)
+    kinds = [r.kind for r in a]
+    assert kinds.count("greedy") == len(refs) and kinds.count("filler") >= 6 + 4 - len(refs) and kinds.count("sampled") == 10
+    assert sum(r.abort_at is not None for r in a) == 1 and sum(r.abort_after is not None for r in a) == 2
+    for r in a:
+        if r.kind == "sampled":
+            t = a[r.twin]
+            assert t.twin == r.rid and (t.ref, t.seed, t.temperature, t.top_k, t.top_p) == (r.ref, r.seed, r.temperature, r.top_k, r.top_p)
+        assert [x.rid for x in a] == list(range(len(a)))
+    assert max_steps(a, refs) > max(r.arrive for r in a) + sum(r.max_tokens for r in a)
+
+
+def _req(**kw) -> ScriptRequest:
+    return ScriptRequest(**{"rid": 0, "kind": "greedy", "ref": 0, "arrive": 0, "max_tokens": 5, **kw})
+
+
+def test_end_rules():
+    assert _ends(_req(), ScriptOutput([1, 2, 3, 4, 5], "length", steps=[0, 1, 2, 3, 4]), None) is None
+    assert "after 3" in _ends(_req(), ScriptOutput([1, 2, 3], "length", steps=[0, 1, 2]), None)
+    stop = _req(stop_token_ids=(3,))
+    assert _ends(stop, ScriptOutput([1, 3], "stop", steps=[0, 1]), None) is None
+    assert "after 2 with 'stop'" in _ends(stop, ScriptOutput([1, 3, 4, 5, 6], "length", steps=list(range(5))), None)
+    eos = _req(ignore_eos=False)
+    assert "after 2" in _ends(eos, ScriptOutput([7, 1000, 2, 3, 4], "length", steps=list(range(5))), 1000)
+    assert _ends(_req(ignore_eos=True), ScriptOutput([7, 1000, 2, 3, 4], "length", steps=list(range(5))), 1000) is None
+    queued = _req(abort_at=0)
+    assert _ends(queued, ScriptOutput([], "abort", steps=[]), None) is None
+    assert "after it was aborted" in _ends(queued, ScriptOutput([4], "abort", steps=[0]), None)
+    running = _req(abort_after=2)
+    assert _ends(running, ScriptOutput([1, 2], "abort", steps=[1, 2]), None) is None
+    assert "aborted after its token 2" in _ends(running, ScriptOutput([1, 2, 3], "abort", steps=[1, 2, 3]), None)
+
+
+@pytest.fixture(scope="module")
+def engine_dir(tmp_path_factory) -> Path:
+    mod = render_tiny("bf16", tmp_path_factory.mktemp("script"))
+    return Path(sys.modules[mod.__name__].__file__).parent.parent
+
+
+def _load(src: Path, tmp: Path, checkpoint: Path, edit=None):
+    from harness.engine_loader import import_engine
+
+    dst = tmp / f"e{random.randrange(10**9)}"
+    shutil.copytree(src, dst)
+    if edit:
+        edit(dst)
+    mod = import_engine(dst)
+    return mod, mod.load(checkpoint, "cpu", max_batch=4, max_seq_len=96)
+
+
+def _run(mod, eng, seed: int = 3):
+    refs = _refs()
+    script = make_script(refs, 4, seed, sampled_pairs=4, sampled_tokens=3, eos=1000)
+    reply = run_script(mod, eng, [r.prompt for r in refs], [r.to_wire() for r in script], max_steps(script, refs))
+    return script, {int(k): ScriptOutput.from_wire(v) for k, v in reply["outputs"].items()}
+
+
+def test_the_tiny_engine_runs_the_script_and_frees_every_slot(engine_dir, tmp_path, tiny_checkpoint):
+    mod, eng = _load(engine_dir, tmp_path, tiny_checkpoint("bf16"))
+    script, outs = _run(mod, eng)
+    assert set(outs) == {r.rid for r in script}
+    assert all(_ends(r, outs[r.rid], 1000) is None for r in script), [(r, outs[r.rid]) for r in script if _ends(r, outs[r.rid], 1000)]
+    assert eng.cache.free_slots == 4
+    pairs = [(outs[r.rid].tokens, outs[r.twin].tokens) for r in script if r.kind == "sampled" and r.twin > r.rid]
+    assert pairs and all(a == b and len(a) == 3 for a, b in pairs)
+
+
+def test_a_scheduler_that_never_frees_finished_slots_is_reported_stalled(engine_dir, tmp_path, tiny_checkpoint):
+    from tests.cheats import replace
+
+    def keep_slots(d: Path) -> None:
+        replace(d, "engine/scheduler.py", "        self.engine.cache.release([seq.slot])\n        seq.slot, seq.status",
+                "        seq.slot, seq.status")
+
+    mod, eng = _load(engine_dir, tmp_path, tiny_checkpoint("bf16"), keep_slots)
+    with pytest.raises(RuntimeError, match="no progress|still had"):
+        _run(mod, eng)
