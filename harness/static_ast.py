@@ -64,6 +64,8 @@ _IDENTITY_ATTRS = ("__name__", "__package__")
 #: Getters whose first argument is an object read by name (a watched module may stand there; their own rules apply).
 _READ_GETTERS = {"getattr", "builtins.getattr", "hasattr", "builtins.hasattr"}
 _OPENERS = {"open", "builtins.open"}
+#: allowed called with keywords other than filename/filemode (it then logs to stderr)
+_BASIC_CONFIG = "logging.basicConfig"
 #: Attribute getters: passed around as values, their object and name are out of sight.
 _GETTERS = {"getattr", "builtins.getattr", "setattr", "builtins.setattr", "delattr", "builtins.delattr", "vars", "builtins.vars"}
 
@@ -140,6 +142,8 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             self.add(node, "forbidden-call", f"reads {name}: {FORBIDDEN_ATTRS[name]}")
         elif name in _OPENERS and id(node) not in self.called:
             self.add(node, "file-write", "passes the builtin open around (its mode is out of sight): call open(path) to read")
+        elif name == _BASIC_CONFIG and id(node) not in self.called:
+            self.add(node, "file-write", f"passes {name} around (whether it is given a filename is out of sight): call it")
         elif name in _GETTERS and id(node) not in self.called:
             self.add(node, "forbidden-call", f"passes {name} around (the object and the attribute name are out of sight): call it")
         elif name in ("globals", "builtins.globals") and id(node) not in self.called:
@@ -240,6 +244,10 @@ class _Visitor(StringRules, PatchRules, EnvRules):
             else:
                 self.add(node, "forbidden-call", f"{name}({literal!r}) loads a module by an absolute name, past the rules on "
                          f"what its uses may do; {_IMPORT_HINT}")
+        elif name == _BASIC_CONFIG:  # to stderr is fine; filename= (or arguments out of sight) writes a file
+            if node.args or any(k.arg in (None, "filename", "filemode") for k in node.keywords):
+                self.add(node, "file-write", "calls logging.basicConfig with a filename or with arguments out of sight: "
+                         "an engine writes no files (log to stderr: logging.basicConfig(level=...))")
         elif name in _OPENERS:
             mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
             starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)

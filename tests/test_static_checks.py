@@ -238,6 +238,10 @@ BAD = [
     ("import codecs\nclass C:\n    m = codecs", "forbidden-call", "module codecs as a value"),
     ("import importlib\nX = (lambda m: m)(importlib)", "forbidden-call", "module importlib as a value"),
     ("from .util import os", "forbidden-call", "imports os from the engine's own module"),
+    # session 16: logging.basicConfig is allowed to stderr only
+    ("import logging\nlogging.basicConfig(filename='x.log')", "file-write", "logging.basicConfig with a filename"),
+    ("import logging\nkw = {'filename': 'x.log'}\nlogging.basicConfig(**kw)", "file-write", "arguments out of sight"),
+    ("import logging\nF = logging.basicConfig", "file-write", "passes logging.basicConfig around"),
 ]
 
 
@@ -263,6 +267,8 @@ ALLOWED = [
     "S = 'a/b'.replace('/', '.')",
     "import torch\nclass C:\n    def f(self):\n        self.x = torch.zeros(2)",
     # honest look-alikes of the rules above: names, not capabilities
+    "import logging\nlogging.basicConfig(level=logging.WARNING, format='%(message)s')",  # to stderr (red team 4)
+    "from logging import basicConfig\nbasicConfig(level=20)",
     "class KV:\n    def write(self, slot, k):\n        self.k = k\n    def flush(self):\n        self.write(0, 1)",
     "def f(cache, rows):\n    cache.write(rows)\n    cache.writelines(rows)",
     "def f(open):\n    return open('x', 'w')",
