@@ -61,19 +61,27 @@ def stage_static(ctx: StageContext) -> StageOutcome:
 
 
 def parity_lengths(a) -> tuple[int, ...]:
-    """The parity prompt lengths of gate args ``a``: ``--parity-lengths`` or the device's default set, plus the longest
-    prompt the bench stage will time when that is longer than all of them (docs/PARITY.md, "What runs").
+    """The parity prompt lengths of gate args ``a``: ``--parity-lengths`` or the device's default set, plus every
+    prompt length the bench stage will time that the set lacks, in workload order (docs/PARITY.md, "What runs").
 
-    Why: a cut that only shows past some context (attention limited to a window longer than every parity prompt)
-    would otherwise be timed by a long-prompt workload (``ttft-8k``, ``prefill-16k``) and never judged.
+    Why: a cut that shows only at the bench's lengths would otherwise be timed and never judged: past some context
+    (attention limited to a window longer than every parity prompt, timed by ``ttft-8k``, ``prefill-16k``), or at the
+    bench's own short prompts (the red team's ``bench_length_fp8_acts``: e4m3 expert inputs for prompts of 4-16 tokens).
     """
     from harness.bench import shapes_for
-    from harness.prompts import default_lengths
-    from harness.workloads import longest_prompt, parse_workloads
+    from harness.prompts import SeedDrawn, default_lengths
+    from harness.workloads import parse_workloads
 
     lengths = tuple(a.parity_lengths) if a.parity_lengths else default_lengths(a.device)
-    bench = longest_prompt(parse_workloads(list(a.workloads)), shapes_for(a.scale)) if "bench" in a.stages else 0
-    return (*lengths, bench) if bench > max(lengths) else lengths
+    if "bench" not in a.stages:
+        return lengths
+    fixed = {int(n) for n in lengths if not isinstance(n, SeedDrawn)}
+    extra = []
+    for w in parse_workloads(list(a.workloads)):
+        p = w.at(shapes_for(a.scale)).prompt
+        if p not in fixed and p not in extra:
+            extra.append(p)
+    return (*lengths, *extra)
 
 
 def gate_capacity(a):
@@ -83,21 +91,22 @@ def gate_capacity(a):
     - parity: one slot per prompt, the longest prompt (a seed-drawn length at its upper bound; the bench's longest
       prompt when the gate adds it, ``parity_lengths``) + the decode steps + 1 (``harness.parity.parity_capacity``);
     - bench: the selected workloads' ``harness.workloads.capacity`` (max S + 1 slots of max(P + N) + 8 tokens);
-    - profile: ``ProfileConfig.own_capacity`` (B + 1 slots of max(P, C + 2) + 8 tokens).
+    - profile: ``ProfileConfig.own_capacity`` (B + 1 slots of max(P, C + 2) + 8 tokens);
+    - at least ``harness.workloads.SERVE_CAPACITY`` (64 x 4096, ``metainfer serve``'s default load).
 
     Why: ``tests/cheats/bench_from_load_capacity.py`` armed fp8 MoE activations when load() was asked for the bench's
     capacity (5 x 32 on the CPU shapes) and stayed the template engine under parity's (11 x 977).
 
-    Memory: at full size with the default workloads every worker loads 33 x 4033 (5.0 GB of KV + GDN state per
-    engine); the other combinations are worked out in docs/BENCHMARKS.md, "Capacity".
+    Memory: at full size with the default workloads every worker loads 64 x 4096 (about 10 GB of KV + GDN state per
+    engine at a static layout); docs/BENCHMARKS.md, "Capacity".
     """
     from harness.bench import shapes_for
     from harness.parity import parity_capacity
     from harness.profile import ProfileConfig
     from harness.prompts import default_steps
-    from harness.workloads import capacity, parse_workloads
+    from harness.workloads import SERVE_CAPACITY, capacity, parse_workloads
 
-    caps = []
+    caps = [SERVE_CAPACITY]
     if "parity" in a.stages:
         caps.append(parity_capacity(parity_lengths(a), a.parity_steps or default_steps(a.device)))
     shapes = shapes_for(a.scale)
@@ -108,7 +117,7 @@ def gate_capacity(a):
 
         caps.append(ProfileConfig(prompt=shapes.prompt, batch=a.profile_batch, context=shapes.prompt, seed=a.seed,
                                   device=a.device, gpu=get_gpu(a.gpu)).own_capacity())
-    return caps[0].union(*caps[1:]) if caps else None
+    return caps[0].union(*caps[1:])
 
 
 def stage_parity(ctx: StageContext) -> StageOutcome:

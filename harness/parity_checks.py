@@ -252,7 +252,8 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
     if serving is not None:
         script = Phase()
-        run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, serving)
+        decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)
+        run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving)
         run.failures += run.serving.failures
         script.done("serving script: %d requests in %d steps, %.1f s", run.serving.requests, run.serving.steps)
     return figs, run

@@ -16,8 +16,8 @@ class EngineApi:
         self.w = worker
 
     def prefill(self, prompts: list[list[int]], return_hidden: bool = False,
-                rows: list[list[int] | None] | None = None) -> dict:
-        return self.w.call("engine.prefill", prompts=prompts, return_hidden=return_hidden, rows=rows)
+                rows: list[list[int] | None] | None = None, slots: list[int] | None = None) -> dict:
+        return self.w.call("engine.prefill", prompts=prompts, return_hidden=return_hidden, rows=rows, slots=slots)
 
     def decode(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
         return self.w.call("engine.decode", slots=slots, tokens=tokens)

@@ -44,16 +44,18 @@ class SeedDrawn(int):
 
 #: The fixed CPU prompt lengths: both sides of 64 and 128, the 1-3 token edge cases, and 300.
 LENGTHS: tuple[int, ...] = (1, 2, 3, 63, 64, 65, 127, 128, 129, 300)
-#: CPU parity lengths: ``LENGTHS`` and one drawn from the seed in [640, 960], at least twice a window
-#: tuned to the longest fixed prompt plus its decode (317 keys), so most of its rows see past such a window.
-CPU_LENGTHS: tuple[int, ...] = (*LENGTHS, SeedDrawn(640, 960))
+#: CPU parity lengths: ``LENGTHS``, one drawn from the seed in [640, 960], at least twice a window
+#: tuned to the longest fixed prompt plus its decode (317 keys), so most of its rows see past such a window, and one
+#: drawn in [4, 62], between the fixed short ones (a cut armed on prompts of 4-16 tokens, the CPU bench's length,
+#: met no parity prompt: the red team's ``bench_length_fp8_acts``).
+CPU_LENGTHS: tuple[int, ...] = (*LENGTHS, SeedDrawn(640, 960), SeedDrawn(4, 62))
 
 #: GPU prompt lengths: the CPU boundaries plus split-K decode (16 splits), 256/512/1024-token tiles,
-#: the 2,048-token prefill chunk on both sides, and one drawn in [3000, 4000] (at least 900 rows past a
-#: window tuned to the longest fixed prompt plus its decode).
+#: the 2,048-token prefill chunk on both sides, one drawn in [3000, 4000] (at least 900 rows past a
+#: window tuned to the longest fixed prompt plus its decode) and one in [18, 62].
 GPU_LENGTHS: tuple[int, ...] = (
     1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 513, 1023, 1025, 2047, 2048, 2049,
-    SeedDrawn(3000, 4000),
+    SeedDrawn(3000, 4000), SeedDrawn(18, 62),
 )
 
 #: Teacher-forced decode steps after each prompt (also the reference's greedy continuation length).
@@ -91,8 +93,24 @@ def fresh_seed() -> int:
 
 
 def resolve_lengths(seed: int, lengths: tuple[int, ...]) -> tuple[int, ...]:
-    """``lengths`` with every ``SeedDrawn`` replaced by its draw for ``seed`` (plain ints kept)."""
-    return tuple(n.draw(seed) if isinstance(n, SeedDrawn) else int(n) for n in lengths)
+    """``lengths`` with every ``SeedDrawn`` replaced by its draw for ``seed`` (plain ints kept). A draw that lands on
+    a length already in the set moves up to the next free one in its range (wrapping to its low end), so a drawn
+    length never repeats a fixed one (the gate adds the bench's prompt lengths to the set: ``parity_lengths``)."""
+    taken = {int(n) for n in lengths if not isinstance(n, SeedDrawn)}
+    out = []
+    for n in lengths:
+        if isinstance(n, SeedDrawn):
+            v, span = n.draw(seed), int(n) - n.lo + 1
+            for k in range(span):
+                cand = n.lo + (v - n.lo + k) % span
+                if cand not in taken:
+                    v = cand
+                    break
+            taken.add(v)
+            out.append(v)
+        else:
+            out.append(int(n))
+    return tuple(out)
 
 
 def make_prompts(seed: int, vocab_size: int, lengths: tuple[int, ...] = LENGTHS) -> list[Prompt]:

@@ -25,6 +25,7 @@ import torch
 
 from harness.parity_engine import EngineApi
 from harness.parity_metrics import greedy_agreement
+from harness.path_checks import LONG_FLOOR, LONG_K, check_equal_batch, check_long_decode, check_pieces
 from harness.reference import ReferenceRun
 from harness.sampling_stats import sample_test
 from harness.serving_script import ScriptOutput, ScriptRequest, make_script, max_steps
@@ -117,11 +118,13 @@ def _logprob_errors(o: ScriptOutput, rows: torch.Tensor, upto: int, tol: list[fl
 
 
 def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], batched: list[torch.Tensor],
-                  slots: int, tie_floor: float, cfg: ServingConfig) -> ServingFigures:
+                  slots: int, tie_floor: float, decode_threshold: float, cfg: ServingConfig) -> ServingFigures:
     """Run the serving script on ``engine`` and judge it.
 
     ``alone`` / ``batched``: each prompt's teacher-forced logits (``parity_engine.teacher_forced_logits``), whose
     difference is the greedy slack, and its largest entry how far a sampling row may lie from its teacher-forced one.
+    ``decode_threshold``: the run's decode consistency threshold: a prompt prefilled in pieces is held to it against
+    its one-call rows, and it scales the long decodes' threshold (``harness.path_checks``).
     Raises what the engine's worker raises (the caller makes it the parity verdict).
     """
     fig = ServingFigures()
@@ -140,11 +143,18 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
             bad.append(f"request {r.rid} ({r.kind}, arrived before step {r.arrive}) {why}")
         if r.kind != "sampled":
             bad += _greedy(r, o, refs[r.ref], alone[r.ref], batched[r.ref], tie_floor, fig)
+    bad += check_pieces(engine, refs, alone, decode_threshold, cfg.seed)
+    bad += check_equal_batch(engine, refs, decode_threshold, slots, cfg.seed)
     leak = _capacity(engine, refs, slots)
     if leak:  # the sampled rows need the engine's slots: judged on what is known
         return _done(fig, bad + leak)
     slack = max((float(torch.nan_to_num((a - b).abs(), nan=0.0, posinf=0.0).amax()) for a, b in zip(alone, batched)),
                 default=0.0)
+    longs = [(refs[r.ref].prompt, outs[r.rid].tokens) for r in script
+             if r.kind == "long" and r.rid in outs and len(outs[r.rid].tokens) == r.max_tokens]
+    if longs:
+        bad += check_long_decode(engine, longs, _teacher_rows(engine, longs, slots),
+                                 max(LONG_K * decode_threshold, LONG_FLOOR), slack)
     return _done(fig, bad + _sampled(engine, script, outs, refs, slack, cfg, fig))
 
 

@@ -30,7 +30,8 @@ class ScriptRequest:
     Attributes:
         rid: request id (unique in the script). kind: ``greedy`` (one of the parity prompts, whose reference
             continuation is known: ``ref``), ``filler`` (a short parity prompt again, greedy: more requests than the
-            engine has slots, so leaked slots or blocks stall the script) or ``sampled`` (temperature > 0).
+            engine has slots, so leaked slots or blocks stall the script), ``long`` (greedy, 4n tokens on a short
+            prompt) or ``sampled`` (temperature > 0).
         ref: index of its prompt in the parity prompts.
         arrive: the step before which ``add_request`` is called (0 = before the first step).
         abort_at: the step before which ``abort`` is called (None = never; ``arrive`` = while still queued).
@@ -100,8 +101,9 @@ def make_script(refs: list[ReferenceRun], slots: int, seed: int, *, sampled_pair
     - one greedy request per prompt, ``max_tokens`` drawn in [1, n] (n the reference's continuation length); a
       third of them stop at a drawn token of their reference continuation (``stop_token_ids``), a few keep EOS
       (``ignore_eos`` False, with ``eos``), a few ask for 1-5 logprobs;
-    - fillers (greedy, the short prompts again) until the script holds ``slots`` + 4 greedy requests, two of them
-      aborted while they run and one while still queued;
+    - fillers (greedy, the short prompts again) until the script holds ``slots`` + 4 requests (some wait for a
+      slot), at least 3: two of them aborted while they run and one while still queued;
+    - two long greedy requests (4n tokens) on short prompts;
     - ``sampled_pairs`` pairs of sampled requests on the short prompts (``SAMPLED_SETTINGS``, a drawn seed per pair,
       ``sampled_tokens`` tokens, every other pair with 1-5 logprobs): the first of a pair arrives early, its twin late.
     Arrivals are spread over the first ~2n steps, so requests join while others prefill and decode.
@@ -125,7 +127,9 @@ def make_script(refs: list[ReferenceRun], slots: int, seed: int, *, sampled_pair
         add(kind="greedy", ref=i, arrive=rng.randrange(2 * n), max_tokens=m, stop_token_ids=stop, ignore_eos=not keep_eos,
             logprobs=rng.randint(1, 5) if rng.random() < 0.3 else None)
     fillers = [add(kind="filler", ref=short[k % len(short)], arrive=rng.randrange(2 * n), max_tokens=rng.randint(1, n))
-               for k in range(max(3, slots + 4 - len(refs)))]
+               for k in range(max(3, slots + 4 - len(refs) - 2 * sampled_pairs))]
+    for _ in range(2):  # long decodes: held to one prefill of the same tokens (harness.path_checks.check_long_decode)
+        add(kind="long", ref=short[rng.randrange(len(short))], arrive=rng.randrange(n), max_tokens=4 * n)
     for k, r in enumerate(rng.sample(fillers, 3)):  # one while queued, two while they run (long enough not to end first)
         late = {"max_tokens": max(n, 4), "abort_after": 1 + rng.randrange(max(1, n // 2))} if k else {"abort_at": r.arrive}
         out[r.rid] = ScriptRequest(**{**asdict(r), **late})

@@ -134,10 +134,13 @@ def _rows(x, keep: list[int] | None = None, dim: int = 0) -> torch.Tensor:
     return t.float().cpu()
 
 
-def engine_prefill(prompts: list[list[int]], return_hidden: bool = False, rows: list[list[int] | None] | None = None) -> dict:
+def engine_prefill(prompts: list[list[int]], return_hidden: bool = False, rows: list[list[int] | None] | None = None,
+                   slots: list[int] | None = None) -> dict:
     """``rows``: per prompt, the logit rows to send back (None: all); the token-mixer outputs come back at the
-    same rows (dim 1 of [L, T, H]); hidden states always come back whole."""
-    res = _state["engine"].prefill([list(map(int, p)) for p in prompts], return_hidden=bool(return_hidden))
+    same rows (dim 1 of [L, T, H]); hidden states always come back whole. ``slots``: continue those sequences (a
+    prefill in pieces), None for new ones."""
+    keep_slots = None if slots is None else [int(s) for s in slots]
+    res = _state["engine"].prefill([list(map(int, p)) for p in prompts], keep_slots, return_hidden=bool(return_hidden))
     hidden = getattr(res, "hidden", None)
     mixer = getattr(res, "mixer", None)
     keep = list(rows) if rows is not None else [None] * len(prompts)

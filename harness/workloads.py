@@ -143,6 +143,13 @@ class Capacity:
         return Capacity(max(c.max_batch for c in caps), max(c.max_seq_len for c in caps))
 
 
+#: What ``metainfer serve`` loads an engine with by default (``--max-batch``, ``--max-seq-len``). Every gate loads at
+#: least this much, so an engine cannot tell the judge from a server by its load arguments, and parity's wide run
+#: decodes every batch size a default server can (the red team's ``decode_batch_over_capacity`` cut decode batches
+#: above the gate's 11 slots).
+SERVE_CAPACITY = Capacity(64, 4096)
+
+
 def capacity(workloads: list[Workload], scale: Shapes) -> Capacity:
     """The ``engine.load`` capacity for ``workloads`` at ``scale``: max S + 1 slots, max(P + N) + 8 tokens each.
 

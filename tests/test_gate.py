@@ -192,9 +192,10 @@ def test_prompt_nonce_reproduces_the_parity_prompts(rendered, tiny_checkpoint, t
     assert prompt_seed(5, stage_nonce(77, "parity")) != 5 and prompt_seed(5, None) == 5
 
 
-def test_parity_covers_the_longest_prompt_the_bench_times():
-    """A long-prompt workload adds its prompt length to parity (a window longer than every parity prompt would
-    otherwise be timed and never judged); short workloads, CPU-scale shapes and a gate without bench add nothing."""
+def test_parity_covers_every_prompt_length_the_bench_times():
+    """Each workload's prompt length joins parity when the set lacks it (a window longer than every parity prompt, or a
+    cut armed at the bench's own short prompts, would otherwise be timed and never judged); a gate without bench adds
+    nothing."""
     from harness.gate import GateArgs
     from harness.gate_stages import parity_lengths
     from harness.prompts import CPU_LENGTHS, GPU_LENGTHS
@@ -202,11 +203,12 @@ def test_parity_covers_the_longest_prompt_the_bench_times():
     def args(gpu, scale, workloads, stages=("static", "parity", "bench"), lengths=None):
         return GateArgs(Path("e"), Path("c"), None, gpu, stages, 1, 3, scale, workloads, Path("g.json"), parity_lengths=lengths)
 
-    assert parity_lengths(args("h200", "full", ("ttft", "decode-bs1", "conc32"))) == GPU_LENGTHS
-    assert parity_lengths(args("h200", "full", ("ttft", "prefill-16k", "ttft-8k"))) == (*GPU_LENGTHS, 16000)
+    assert parity_lengths(args("h200", "full", ("ttft", "decode-bs1", "conc32"))) == GPU_LENGTHS  # 256: in the set
+    assert parity_lengths(args("h200", "full", ("ttft", "prefill-16k", "ttft-8k"))) == (*GPU_LENGTHS, 16000, 8192)
     assert parity_lengths(args("h200", "full", ("ttft-8k",), lengths=(1, 17))) == (1, 17, 8192)
     assert parity_lengths(args("h200", "full", ("prefill-16k",), stages=("static", "parity"))) == GPU_LENGTHS
-    assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == CPU_LENGTHS  # 96 and 64 tokens on the CPU
+    assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == (*CPU_LENGTHS, 96)  # ttft-8k: 64, in the set
+    assert parity_lengths(args("cpu", "cpu", ("ttft", "decode-bs1", "conc32"))) == (*CPU_LENGTHS, 16)
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
 
 
@@ -245,11 +247,23 @@ class _FakeReference:
         pass
 
 
+def test_the_gate_loads_at_least_what_serve_loads_by_default():
+    """An engine must not tell the judge from ``metainfer serve`` by its load arguments."""
+    import inspect
+
+    from harness.workloads import SERVE_CAPACITY
+    from metainfer.commands.serve import serve
+
+    params = inspect.signature(serve).parameters
+    assert (params["max_batch"].default.default, params["max_seq_len"].default.default) == (
+        SERVE_CAPACITY.max_batch, SERVE_CAPACITY.max_seq_len)
+
+
 @pytest.mark.parametrize("gpu, scale, workloads, stages, lengths, want", [
-    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (11, 977)),
-    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench"), (1, 17), (5, 32)),
-    ("cpu", "cpu", ("conc128", "prefill-16k"), ("parity", "bench"), (1, 17), (9, 105)),
-    ("h200", "full", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (33, 4033)),
+    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (64, 4096)),
+    ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench"), (1, 17), (64, 4096)),
+    ("cpu", "cpu", ("conc128", "prefill-16k"), ("parity", "bench"), (1, 17), (64, 4096)),
+    ("h200", "full", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (64, 4096)),
     ("h200", "full", ("conc128", "ttft-8k"), ("parity", "bench", "profile"), None, (129, 8225)),
 ])
 def test_every_stage_loads_the_engine_with_one_capacity(gpu, scale, workloads, stages, lengths, want, tiny_checkpoint,

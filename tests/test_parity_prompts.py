@@ -14,9 +14,14 @@ def test_seed_drawn_length_is_reproducible_in_range_and_moves_with_the_seed():
     assert all(640 <= d <= 960 for d in draws) and len(draws) > 20
     a, b = make_prompts(5, 1024, CPU_LENGTHS), make_prompts(5, 1024, CPU_LENGTHS)
     assert [p.tokens for p in a] == [p.tokens for p in b]
-    assert len(a[-1].tokens) == long.draw(5) and a[-1].name == f"len{long.draw(5):04d}"
-    # the fixed prompts are those of the fixed set: adding the drawn one moves none of them
-    assert [p.tokens for p in a[:-1]] == [p.tokens for p in make_prompts(5, 1024, LENGTHS)]
+    assert len(a[-2].tokens) == long.draw(5) and a[-2].name == f"len{long.draw(5):04d}"
+    assert 4 <= len(a[-1].tokens) <= 62  # the short drawn one
+    # the fixed prompts are those of the fixed set: adding the drawn ones moves none of them
+    assert [p.tokens for p in a[:-2]] == [p.tokens for p in make_prompts(5, 1024, LENGTHS)]
+    # a draw that lands on a length the set holds moves to the next free one in its range
+    short = SeedDrawn(4, 62)
+    hit = short.draw(5)
+    assert resolve_lengths(5, (hit, short))[1] == (hit + 1 if hit < 62 else 4)
     with pytest.raises(ValueError, match="lo <= hi"):
         SeedDrawn(10, 5)
 
@@ -25,7 +30,8 @@ def test_device_sets_cross_every_boundary():
     cpu, gpu = default_lengths("cpu"), default_lengths("cuda:0")
     assert cpu == CPU_LENGTHS and gpu == GPU_LENGTHS and default_steps("cuda") > default_steps("cpu")
     assert {1, 2, 3, 63, 64, 65, 127, 128, 129} <= set(cpu)
-    assert {15, 16, 17, 2047, 2048, 2049} <= set(gpu) and min(n.lo for n in gpu if isinstance(n, SeedDrawn)) > 2049
+    assert {15, 16, 17, 2047, 2048, 2049} <= set(gpu) and max(n.lo for n in gpu if isinstance(n, SeedDrawn)) > 2049
+    assert any(isinstance(n, SeedDrawn) and n.lo > 17 and int(n) < 63 for n in gpu)  # between the short fixed ones
     for seed in (0, 1, 2):
         fixed = [n for n in gpu if not isinstance(n, SeedDrawn)]
         assert max(resolve_lengths(seed, gpu)) > max(fixed)  # longer than any fixed prompt, whatever the seed

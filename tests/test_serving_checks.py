@@ -83,7 +83,7 @@ def test_the_script_is_drawn_from_its_seed():
     a, b = make_script(refs, 6, 7, sampled_pairs=5, sampled_tokens=4, eos=1000), make_script(refs, 6, 7, sampled_pairs=5, sampled_tokens=4, eos=1000)
     assert a == b and a != make_script(refs, 6, 8, sampled_pairs=5, sampled_tokens=4, eos=1000)
     kinds = [r.kind for r in a]
-    assert kinds.count("greedy") == len(refs) and kinds.count("filler") >= 6 + 4 - len(refs) and kinds.count("sampled") == 10
+    assert kinds.count("greedy") == len(refs) and kinds.count("sampled") == 10 and len(a) >= 6 + 4 and kinds.count("filler") >= 3
     assert sum(r.abort_at is not None for r in a) == 1 and sum(r.abort_after is not None for r in a) == 2
     for r in a:
         if r.kind == "sampled":
@@ -158,3 +158,65 @@ def test_a_scheduler_that_never_frees_finished_slots_is_reported_stalled(engine_
     mod, eng = _load(engine_dir, tmp_path, tiny_checkpoint("bf16"), keep_slots)
     with pytest.raises(RuntimeError, match="no progress|still had"):
         _run(mod, eng)
+
+
+class _InProcess:
+    """The worker's ops called in this process (``harness.worker_main``), for ``EngineApi``."""
+
+    def call(self, op, **args):
+        from harness import worker_main
+
+        return worker_main.OPS[op](**args)
+
+
+def _engine_api(src: Path, tmp: Path, checkpoint: Path, edit=None):
+    from harness import worker_main
+    from harness.parity_engine import EngineApi
+
+    dst = tmp / f"w{random.randrange(10**9)}"
+    shutil.copytree(src, dst)
+    if edit:
+        edit(dst)
+    worker_main.engine_load(str(dst), str(checkpoint), "cpu", 4, 600, threads=1)
+    return EngineApi(_InProcess())
+
+
+def _forced(api, refs) -> list[torch.Tensor]:
+    from harness.parity_engine import teacher_forced_logits
+
+    return [teacher_forced_logits(api, [r])[0] for r in refs]
+
+
+@dataclass
+class _Run:
+    prompt: list[int]
+    continuation: list[int]
+    rows: list[int] | None = None
+
+    @property
+    def split(self) -> int:
+        return len(self.prompt)
+
+
+def test_pieces_at_aligned_cuts_equal_one_call_and_a_forgetful_continuation_fails(engine_dir, tmp_path, tiny_checkpoint):
+    from harness.path_checks import check_pieces
+    from tests.cheats import continued_prefill_forgets
+
+    refs = [_Run(prompt(300, 5), prompt(6, 6)), _Run(prompt(200, 7), prompt(6, 8))]
+    api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"))
+    assert check_pieces(api, refs, _forced(api, refs), 1e-6, seed=3) == []  # exact on the CPU
+    api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"), continued_prefill_forgets.apply)
+    bad = check_pieces(api, refs, _forced(api, refs), 0.0125, seed=3)
+    assert len(bad) == 2 and "must continue the sequence's state" in bad[0]
+
+
+def test_a_long_decode_that_returns_a_stale_row_every_16th_step_fails(engine_dir, tmp_path, tiny_checkpoint):
+    from harness.path_checks import check_long_decode
+    from harness.serving_checks import _teacher_rows
+    from tests.cheats import stale_logits_every_16th_step
+
+    for edit, want in ((None, 0), (stale_logits_every_16th_step.apply, 1)):
+        api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"), edit)
+        runs = [(prompt(3, 9), api.generate([prompt(3, 9)], 64)[0])]
+        bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.1, 0.0)
+        assert len(bad) >= want and (want or bad == []), bad

@@ -1,0 +1,130 @@
+"""The same tokens by another path of the engine: a prompt prefilled in pieces (``prefill(prompts, slots)``, what a
+scheduler does with prompts longer than its chunk), and a long greedy decode against one prefill of the same tokens.
+
+Why (docs/PARITY.md, "Serving script"): parity's other runs prefill every prompt in one call and decode n steps
+(16 on the CPU), so a continued prefill that dropped the sequence's state, or a decode path that goes wrong past step n
+(decay switched off, a stale logits row every 16th step), was compared nowhere (the red team's
+``continued_prefill_forgets``, ``gdn_decay_off_after_16``, ``stale_logits_every_16th_step``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from harness.parity_engine import EngineApi, teacher_forced_logits
+from harness.parity_metrics import rel_l2
+from harness.reference import ReferenceRun
+
+#: a long decode's rows (untrimmed, pooled) may lie from one prefill of the same tokens by this many times the run's
+#: decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU engine: honest long
+#: decodes (64 steps) pooled 0.007-0.027 against 0.1, a routing flip spiking single rows to 0.22; one stale row in
+#: 16 pools to about 0.25.
+LONG_K = 4.0
+LONG_FLOOR = 0.1
+
+
+#: prompts are cut into pieces at multiples of this (the GDN chunk; a scheduler's prefill chunk is a multiple of it),
+#: where an honest engine's pieces give its one-call numbers (exactly on the CPU)
+PIECE_ALIGN = 64
+
+
+def check_pieces(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], threshold: float,
+                 seed: int) -> list[str]:
+    """Prefill the two longest prompts in 2 and 3 pieces at multiples of ``PIECE_ALIGN`` drawn from ``seed``, decode
+    their reference continuations, and hold the last prompt row and the decode rows to the same prompt's ``alone``
+    rows (relative L2 within ``threshold``: the run's decode consistency threshold). Returns failures in words.
+
+    Why aligned cuts: at any other cut the GDN's 64-token chunks fall elsewhere and an honest engine's rows move by up
+    to 0.04 (tiny NVFP4, CPU), while one that restarts the GDN state at a continuation moves them by 0.09 (bf16)."""
+    rng = random.Random(seed)
+    order = sorted(range(len(refs)), key=lambda i: len(refs[i].prompt), reverse=True)
+    out = []
+    for pieces, i in zip((2, 3), order):
+        ref = refs[i]
+        p = len(ref.prompt)
+        places = list(range(PIECE_ALIGN, p, PIECE_ALIGN))
+        if len(places) < pieces - 1:
+            continue
+        cuts = sorted(rng.sample(places, pieces - 1))
+        bounds = [0, *cuts, p]
+        slots = None
+        for a, b in zip(bounds, bounds[1:]):
+            res = engine.prefill([ref.prompt[a:b]], rows=[[b - a - 1]], slots=slots)
+            slots = list(res["slots"])
+        rows = [res["logits"][0].float()[-1:]]
+        try:
+            for t in ref.continuation:
+                rows.append(engine.decode(slots, [t]).float())
+        finally:
+            engine.release(slots)
+        got, want = torch.cat(rows)[: len(ref.continuation)], alone[i][ref.split - 1 : ref.split - 1 + len(ref.continuation)]
+        err = rel_l2(got, want) if got.shape == want.shape else float("nan")
+        if not err <= threshold:
+            out.append(f"a {p}-token prompt prefilled in {pieces} pieces (cut at {cuts}) then decoded differs from its "
+                       f"one-call prefill by {err:.3g} > {threshold:.3g}: prefill(prompts, slots) must continue the "
+                       "sequence's state")
+    return out
+
+
+def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]], decode_rows: list[torch.Tensor],
+                      threshold: float, slack: float) -> list[str]:
+    """For each long greedy run ``(prompt, tokens)`` with its rows on the decode path ``decode_rows`` (float32 [m, V],
+    row j predicted token j), prefill ``prompt + tokens[:-1]`` in one call and hold the decode rows to it (pooled
+    relative L2 within ``threshold``, no row dropped); each token must be its decode row's argmax up to ``slack``."""
+    out = []
+    for (prompt, tokens), dec in zip(runs, decode_rows, strict=True):
+        p = len(prompt)
+        res = engine.prefill([prompt + tokens[:-1]], rows=[list(range(p - 1, p - 1 + len(tokens)))])
+        engine.release(list(res["slots"]))
+        pre = res["logits"][0].float()
+        err = rel_l2(dec, pre) if dec.shape == pre.shape else float("nan")
+        if not err <= threshold:
+            rows = (dec - pre).norm(dim=-1) / pre.norm(dim=-1).clamp_min(1e-12)
+            worst = torch.nan_to_num(rows, nan=float("inf")).argmax().item()
+            out.append(f"a {len(tokens)}-step greedy decode of a {p}-token prompt lies {err:.3g} from one prefill of the same "
+                       f"tokens (> {threshold:.3g}; worst row {worst}, {float(rows[worst]):.3g}): the decode path drifts or "
+                       "breaks past parity's short runs")
+        best = dec.max(-1).values
+        for j, t in enumerate(tokens):
+            if not dec[j, t] >= best[j] - 2 * slack - 1e-5 * max(1.0, float(best[j].abs())):
+                out.append(f"token {j} of a long greedy decode is {t}, {float(best[j] - dec[j, t]):.3g} below its row's "
+                           "best: the scheduler's greedy token is not its row's argmax")
+                break
+    return out
+
+
+def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: float, slots: int, seed: int) -> list[str]:
+    """Prefill ``min(slots, 8)`` fresh prompts of one length together (the bench's shape: every stream the same
+    length), decode ``n`` drawn tokens for each, and hold each sequence's rows to the same sequence run alone
+    (pooled relative L2 within ``threshold``). The length is the shortest parity prompt of 4 tokens or more.
+
+    Why: every other batched run mixes lengths, so a path taken only for equal-length batches (the red team's
+    ``equal_length_conv_leak_1row``: the GDN conv reading the previous sequence's last tokens) was judged only by the
+    bench's output check, which it passed at 3 implausible tokens of 192."""
+    rng = random.Random(seed ^ 0xE0A1)
+    length = min((len(r.prompt) for r in refs if len(r.prompt) >= 4), default=0)
+    if not length:
+        return []
+    vocab = refs[0].logits.shape[-1]
+    n = len(refs[0].continuation)
+    seqs = [_Forced([rng.randrange(vocab) for _ in range(length)], [rng.randrange(vocab) for _ in range(n)])
+            for _ in range(max(2, min(slots, 8)))]
+    together = teacher_forced_logits(engine, seqs)
+    out = []
+    for k, s in enumerate(seqs):
+        alone = teacher_forced_logits(engine, [s])[0]
+        err = rel_l2(together[k], alone) if together[k].shape == alone.shape else float("nan")
+        if not err <= threshold:
+            out.append(f"sequence {k} of {len(seqs)} fresh {length}-token prompts prefilled together differs from the same "
+                       f"sequence alone by {err:.3g} > {threshold:.3g}: its numbers depend on the equal-length batch around it")
+            break
+    return out
+
+
+class _Forced:
+    """A prompt and tokens to teacher-force (``parity_engine.teacher_forced_logits``'s view of a run, every row kept)."""
+
+    def __init__(self, prompt: list[int], continuation: list[int]) -> None:
+        self.prompt, self.continuation, self.rows = prompt, continuation, None
