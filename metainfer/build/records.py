@@ -82,7 +82,8 @@ class RunRecord:
         """Open an existing run by path, by id (a folder in ``runs_dir``) or by a unique part of its id.
 
         Raises:
-            BuildError: no such run folder, several runs match, or its ``run.json`` is missing or of another schema.
+            BuildError: no such run folder, several runs match, or its ``run.json`` is missing, damaged (not JSON) or of
+                another schema.
         """
         path = Path(run)
         if not (path / "run.json").is_file():
@@ -98,7 +99,15 @@ class RunRecord:
         if not f.is_file():
             known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
             raise BuildError(f"no run {run!r} (looked for {f}); runs in {runs_dir}: {', '.join(known[-5:]) or 'none'}")
-        state = json.loads(f.read_text())
+        try:
+            state = json.loads(f.read_text())
+        except ValueError as err:  # truncated or hand-edited: say which file and what to do, not a traceback
+            raise BuildError(f"{f} is not valid JSON ({err}); the run's record is damaged: restore that file (e.g. from "
+                             f"a backup or `git checkout` if it is committed), or leave the run and start a new build "
+                             f"with --model, --quant and --gpu") from None
+        if not isinstance(state, dict):
+            raise BuildError(f"{f} holds {type(state).__name__}, not a run record; restore that file, or leave the run "
+                             f"and start a new build with --model, --quant and --gpu")
         if state.get("schema") != SCHEMA:
             raise BuildError(f"{f} has schema {state.get('schema')}, this metainfer reads schema {SCHEMA}")
         return cls(path, state)
