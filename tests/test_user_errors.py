@@ -42,3 +42,69 @@ def test_a_damaged_run_json_is_named_in_one_line_by_resume_and_report(tmp_path):
         msg = _one_line_error(_cli(*args))
         assert str(f) in msg and "not valid JSON" in msg and "restore" in msg and "new build" in msg, msg
     assert f.read_text() == before
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _project(dest: Path) -> Path:
+    """A git repo with the project layout at one commit (``main``)."""
+    dest.mkdir(parents=True)
+    for d in ("metainfer", "harness", "templates"):
+        shutil.copytree(ROOT / d, dest / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / ".gitignore", dest / ".gitignore")
+    for cmd in (["init", "-q", "-b", "main"], ["config", "user.name", "t"], ["config", "user.email", "t@t"], ["add", "-A"],
+                ["commit", "-q", "-m", "project"]):
+        _git(dest, *cmd)
+    return dest
+
+
+@pytest.mark.parametrize("gc", [False, True])
+def test_resume_refuses_a_run_whose_branch_was_deleted(tmp_path, gc):
+    """The README's reset (`metainfer clean && git branch -D metainfer/<target>`) then `--resume`: refused before
+    anything changes, naming the best engine's commit and how to restore the branch (or that a new build is fresh)."""
+    from metainfer.build.config import BuildConfig, BuildError
+    from metainfer.build.progress import Progress
+    from metainfer.build.records import RunRecord
+    from metainfer.build.resume import open_session
+
+    repo = _project(tmp_path / "repo")
+    target = f"{TINY}-nvfp4-cpu"
+    branch = f"metainfer/{target}"
+    _git(repo, "branch", branch)
+    _git(repo, "checkout", "-q", branch)
+    (repo / "engine.txt").write_text("the run's accepted engine\n")
+    _git(repo, "add", "engine.txt")
+    _git(repo, "commit", "-q", "-m", "accepted iteration 1")
+    best = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "main")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    rec = RunRecord.create(repo / "runs", target, {
+        "model": TINY, "quant": "nvfp4", "gpu": "cpu", "agent": "offline", "agent_options": {}, "iterations": 3, "seed": 0,
+        "budget": {"time_limit_min": None, "budget_usd": None},
+        "gate": {"timeout_s": 60.0, "rounds": 3, "scale": None, "workloads": None, "twin_periods": None},
+        "checkpoint": str(ck), "branch": branch, "repo_root": str(repo)})
+    rec.state.update({"status": "stopped", "next_iteration": 2, "baseline": {"iteration": 0, "commit": best},
+                      "best": {"iteration": 1, "commit": best, "cumulative_speedup": 2.0}})
+    rec.save()
+    _git(repo, "branch", "-D", branch)
+    if gc:  # the commit is gone from git too
+        _git(repo, "reflog", "expire", "--expire=now", "--all")
+        _git(repo, "gc", "-q", "--prune=now")
+    saved = (rec.path / "run.json").read_text()
+    cfg = BuildConfig(None, None, None, resume=rec.run_id, runs_dir=repo / "runs", repo_root=repo)
+    with pytest.raises(BuildError) as err:
+        open_session(cfg, Progress())
+    msg = str(err.value)
+    assert f"branch {branch} is gone" in msg and best[:10] in msg, msg
+    assert f"metainfer build --model {TINY} --quant nvfp4 --gpu cpu" in msg and "fresh run" in msg, msg
+    assert ("git no longer has that commit" in msg) == gc and (f"git branch {branch} {best}" in msg) != gc, msg
+    # nothing changed: no branch made at main's commit, no worktree, the record as it was
+    assert branch not in _git(repo, "branch", "--list", branch)
+    assert not (repo / ".metainfer" / "worktrees" / target).exists()
+    assert (rec.path / "run.json").read_text() == saved
+    if not gc:  # the restore command it gives works
+        _git(repo, "branch", branch, best)
+        assert _git(repo, "rev-parse", branch) == best

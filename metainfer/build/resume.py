@@ -68,6 +68,7 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
             raise BuildError(f"run {record.run_id}: {stop.advice(resume_command(config, record.run_id))}")
         check_present(st["gpu"])
         target = make_target(st["model"], st["quant"], st["gpu"])
+        refuse_lost_branch(root, record, target.branch)
         lock_target(root, target.name)  # released by the caller (``release_session``) or at exit
         if config.iterations is not None:
             st["iterations"] = config.iterations
@@ -118,6 +119,39 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
         record.save()
         progress.line(None, f"{st['status']}: {st['stop_reason']}")
         raise
+
+
+def refuse_lost_branch(root: Path, record: RunRecord, branch: str) -> None:
+    """Refuse to resume a run whose target branch was deleted (``git branch -D``, the README's reset) after the run
+    committed to it: the worktree would be re-created at the checkout's HEAD, without the run's engine.
+
+    Raises:
+        BuildError: the branch is gone and the run had done an iteration; names the commit of its best engine, how to
+            restore the branch from it while git still has it, and that a new build starts a fresh run.
+    """
+    import git
+
+    st = record.state
+    if branch in [h.name for h in git.Repo(root).heads]:
+        return
+    if not (st.get("best") or st.get("baseline") or st.get("next_iteration", 0) > 0):
+        return  # nothing of the run was on the branch yet: re-creating it from HEAD loses nothing
+    best = (st.get("best") or st.get("baseline") or {}).get("commit")
+    fresh = (f"start a fresh run with `metainfer build --model {st['model']} --quant {st['quant']} --gpu {st['gpu']}` "
+             f"(new records; the branch is made again from your checkout)")
+    if not best:
+        where = "no commit of its engine is recorded"
+    else:
+        try:
+            git.Repo(root).commit(best)
+            known = True
+        except (ValueError, git.BadName, git.BadObject):
+            known = False
+        where = (f"its best engine was at commit {best[:10]}; "
+                 + (f"restore the branch with `git branch {branch} {best}` and resume again, or "
+                    if known else "git no longer has that commit; "))
+    raise BuildError(f"cannot resume run {record.run_id}: its branch {branch} is gone (deleted after the run); {where}"
+                     f"{'; ' if not best else ''}{fresh}")
 
 
 def _prepare(config: BuildConfig, progress: Progress, root: Path, target: Any,
