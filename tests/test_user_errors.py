@@ -108,3 +108,31 @@ def test_resume_refuses_a_run_whose_branch_was_deleted(tmp_path, gc):
     if not gc:  # the restore command it gives works
         _git(repo, "branch", branch, best)
         assert _git(repo, "rev-parse", branch) == best
+
+
+def test_a_second_upgrade_gives_a_way_to_start_again_that_works(tmp_path):
+    """The new branch is checked out in its worktree: `git branch -D` alone fails, so the advice removes it first,
+    and names the upgrade run to resume."""
+    from metainfer.build.records import RunRecord
+
+    repo = _project(tmp_path / "repo")
+    old, new = f"{TINY}-nvfp4-cpu", "qwen3.5-35b-a3b-tiny-nvfp4-cpu"
+    _git(repo, "checkout", "-q", "-b", f"metainfer/{old}")
+    eng = repo / "generated" / old / "engine"
+    eng.mkdir(parents=True)
+    (eng / "__init__.py").write_text("")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "render")
+    _git(repo, "checkout", "-q", "main")
+    wt = repo / ".metainfer" / "worktrees" / new
+    _git(repo, "worktree", "add", "-q", "-b", f"metainfer/{new}", str(wt), "HEAD")  # the first upgrade's
+    rec = RunRecord.create(repo / "runs", new, {"kind": "upgrade", "model": "qwen3.5-35b-a3b-tiny"})
+    rec.state["status"] = "interrupted"
+    rec.save()
+    p = _cli("upgrade", "--target", old, "--to", "qwen3.5-35b-a3b-tiny", cwd=repo)
+    msg = _one_line_error(p)
+    assert f"metainfer upgrade --resume {rec.run_id}" in msg, msg
+    cmd = msg.split("start again from scratch (its commits are lost) with `", 1)[1].split("`", 1)[0]
+    assert str(wt) in cmd, msg
+    subprocess.run(cmd, shell=True, cwd=repo, check=True, capture_output=True)  # the advice works as given
+    assert not _git(repo, "branch", "--list", f"metainfer/{new}") and not wt.exists()

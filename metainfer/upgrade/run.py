@@ -100,8 +100,7 @@ def run_upgrade(cfg: UpgradeConfig, progress: Progress | None = None) -> RunReco
         if fd.cls == "beyond":
             return _stop_beyond(bc, new, up, progress)
         if new.branch in [h.name for h in git.Repo(root).heads]:
-            raise BuildError(f"{new.branch} exists already; resume its upgrade with `metainfer upgrade --resume RUN` "
-                             f"or delete the branch (`git branch -D {new.branch}`) to start again")
+            raise BuildError(branch_exists_message(root, bc.runs_path(), new.name, new.branch))
         bc.model, bc.quant, bc.gpu = new.model.source, new.quant.name, new.gpu.name
         bc.checkpoint = cfg.checkpoint or _weights_in(cfg.to)
         s, _, _ = open_session(bc, progress, agent_label=up["agent"])
@@ -115,6 +114,44 @@ def run_upgrade(cfg: UpgradeConfig, progress: Progress | None = None) -> RunReco
         return _drive(s, progress)
     finally:
         release_session(s)
+
+
+def branch_exists_message(root: Path, runs: Path, target_name: str, branch: str) -> str:
+    """Why a new upgrade to ``target_name`` is refused when its ``branch`` exists, and the ways on that work: resume
+    the upgrade run that made it (when one is recorded and unfinished), or a command sequence that deletes the branch,
+    removing first the worktree it is checked out in (``git branch -D`` refuses a branch checked out anywhere)."""
+    run = None
+    for f in sorted(Path(runs).glob(f"*-{target_name}/run.json"), reverse=True):  # ids start with a time stamp
+        try:
+            st = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if st.get("kind") == "upgrade":
+            run = (f.parent.name, st.get("status"))
+            break
+    delete = f"git branch -D {branch}"
+    wt = checked_out_at(root, branch)
+    if wt is not None:
+        delete = f"git worktree remove --force {wt} && {delete}"
+    if run and run[1] not in ("finished", "beyond-template"):
+        head = f"{branch} exists already, made by upgrade run {run[0]} ({run[1]}); continue it with `metainfer upgrade --resume {run[0]}`"
+    elif run:
+        head = f"{branch} exists already, made by upgrade run {run[0]} ({run[1]}); its engine is there"
+    else:
+        head = f"{branch} exists already; resume the upgrade that made it with `metainfer upgrade --resume RUN`"
+    return f"{head}, or start again from scratch (its commits are lost) with `{delete}`"
+
+
+def checked_out_at(root: Path, branch: str) -> Path | None:
+    """The worktree of the repository at ``root`` that has ``branch`` checked out, or None."""
+    out = git.Repo(root).git.worktree("list", "--porcelain")
+    path = None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            path = Path(line.removeprefix("worktree "))
+        elif line == f"branch refs/heads/{branch}":
+            return path
+    return None
 
 
 def _build_config(cfg: UpgradeConfig) -> BuildConfig:
