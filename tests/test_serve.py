@@ -146,6 +146,9 @@ def test_seeded_sampling_is_reproducible(client):
     ({"temperature": 3.0}, "temperature"),
     ({"top_p": 0.0}, "top_p"),
     ({"n": 2}, "n"),
+    ({"logit_bias": {"5": 100}}, "logit_bias"),  # accepted and ignored before: refused, naming it
+    ({"best_of": 3}, "best_of"),
+    ({"suffix": " end"}, "suffix"),
 ])
 def test_bad_requests_get_400_and_the_server_still_serves(client, kwargs, param):
     req = {"model": TINY, "prompt": "hi", "max_tokens": 2, **kwargs}

@@ -136,3 +136,40 @@ def test_a_second_upgrade_gives_a_way_to_start_again_that_works(tmp_path):
     assert str(wt) in cmd, msg
     subprocess.run(cmd, shell=True, cwd=repo, check=True, capture_output=True)  # the advice works as given
     assert not _git(repo, "branch", "--list", f"metainfer/{new}") and not wt.exists()
+
+
+@pytest.mark.parametrize("endpoint, extra, param", [
+    ("completions", {"logit_bias": {"5": 100}}, "logit_bias"),
+    ("completions", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("chat", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ("completions", {"best_of": 3}, "best_of"),
+    ("completions", {"suffix": " end"}, "suffix"),
+    ("chat", {"tool_choice": "required"}, "tool_choice"),
+    ("chat", {"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    ("chat", {"logit_bias": {"5": -100}}, "logit_bias"),
+    ("chat", {"frequency_penalty": 0.5}, "frequency_penalty"),
+])
+def test_the_server_refuses_openai_parameters_it_does_not_implement(endpoint, extra, param):
+    """Each is a 400 in the OpenAI shape naming the parameter (as echo=True is), before any work; the no-op values of
+    the same parameters pass."""
+    from metainfer.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, refuse_unsupported
+
+    make = (lambda **kw: CompletionRequest(model=TINY, prompt="hi", **kw)) if endpoint == "completions" else \
+        (lambda **kw: ChatCompletionRequest(model=TINY, messages=[{"role": "user", "content": "hi"}], **kw))
+    with pytest.raises(ApiError) as err:
+        refuse_unsupported(make(**extra))
+    e = err.value
+    assert e.status == 400 and e.body()["error"]["param"] == param and param in e.message, e.body()
+    assert e.body()["error"]["type"] == "invalid_request_error"
+    for fine in ({"logit_bias": {}}, {"response_format": {"type": "text"}}, {"frequency_penalty": 0}, {}):
+        refuse_unsupported(make(**fine))
+    refuse_unsupported(CompletionRequest(model=TINY, prompt="hi", best_of=1, suffix=None))
+    for choice in ("auto", "none", None):
+        refuse_unsupported(ChatCompletionRequest(model=TINY, messages=[], tool_choice=choice))
+
+
+def test_serve_md_lists_what_is_not_supported():
+    text = (ROOT / "docs" / "SERVE.md").read_text()
+    section = text.split("Not supported", 1)[1][:1500]
+    for name in ("logit_bias", "response_format", "best_of", "suffix", "tool_choice", "echo"):
+        assert f"`{name}" in section, name

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from metainfer.serve.completions import sse, usage
 from metainfer.serve.parsers import CALL_OPEN, THINK_CLOSE, held_prefix, parse_tool_calls, split_reasoning
-from metainfer.serve.protocol import ApiError, ChatCompletionRequest
+from metainfer.serve.protocol import ApiError, ChatCompletionRequest, refuse_unsupported
 from metainfer.serve.request import unless_disconnected
 from metainfer.serve.state import ServerState
 from metainfer.serve.text import Detokenizer
@@ -96,6 +96,7 @@ async def handle(state: ServerState, req: ChatCompletionRequest, request: Any) -
     """Answer one chat request (JSON or an SSE stream); ``request`` is the HTTP request (a client
     gone before a JSON answer aborts it too)."""
     state.check_model(req.model)
+    refuse_unsupported(req)
     _check_messages(req.messages)
     top = _top_logprobs(req)
     tools = bool(req.tools) and req.tool_choice != "none"

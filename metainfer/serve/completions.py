@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from metainfer.serve.protocol import ApiError, CompletionRequest
+from metainfer.serve.protocol import ApiError, CompletionRequest, refuse_unsupported
 from metainfer.serve.request import unless_disconnected
 from metainfer.serve.state import ServerState
 from metainfer.serve.text import Detokenizer
@@ -71,6 +71,7 @@ async def handle(state: ServerState, req: CompletionRequest, request: Any) -> An
     """Answer one completions request (JSON or an SSE stream); ``request`` is the HTTP request
     (a client gone before a JSON answer aborts it too)."""
     state.check_model(req.model)
+    refuse_unsupported(req)
     if req.echo:
         raise ApiError(400, "echo is not supported", param="echo")
     if req.logprobs is not None and not 0 <= req.logprobs <= 20:

@@ -1,7 +1,8 @@
 """OpenAI request bodies (pydantic) and the OpenAI error shape.
 
 Unknown fields are accepted and ignored (clients send many); the fields read are listed per
-model. vLLM extensions accepted: ``top_k``, ``ignore_eos``, ``stop_token_ids``,
+model. OpenAI parameters that would change the answer and are not implemented are refused with a 400
+naming the parameter (``refuse_unsupported``), not ignored. vLLM extensions accepted: ``top_k``, ``ignore_eos``, ``stop_token_ids``,
 ``chat_template_kwargs`` (e.g. ``{"enable_thinking": false}``).
 """
 
@@ -82,3 +83,31 @@ class ChatCompletionRequest(_Common):
     chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+
+
+def refuse_unsupported(req: _Common) -> None:
+    """Refuse OpenAI parameters this server does not implement, when set to anything but their no-op value: ignoring
+    them would answer something other than what the client asked for (docs/SERVE.md, "Not supported").
+
+    Raises:
+        ApiError 400: naming the parameter (``param``) and what is accepted instead.
+    """
+    extra = req.model_extra or {}
+    checks = [
+        ("logit_bias", lambda v: not v, "logit_bias is not supported; send it empty or leave it out"),
+        ("response_format", lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text" and len(v) == 1),
+         'response_format is not supported (no JSON mode or schema); only {"type": "text"} is accepted'),
+        ("presence_penalty", lambda v: not v, "presence_penalty is not supported; send 0 or leave it out"),
+        ("frequency_penalty", lambda v: not v, "frequency_penalty is not supported; send 0 or leave it out"),
+        ("repetition_penalty", lambda v: v is None or v == 1, "repetition_penalty is not supported; send 1 or leave it out"),
+    ]
+    if isinstance(req, CompletionRequest):
+        checks += [("best_of", lambda v: v is None or v == 1, "best_of is not supported; only best_of=1 (send n requests)"),
+                   ("suffix", lambda v: not v, "suffix is not supported (no insertion); leave it out")]
+    for name, ok, why in checks:
+        value = extra.get(name)
+        if not ok(value):
+            raise ApiError(400, f"{name}={value!r}: {why}", param=name)
+    if isinstance(req, ChatCompletionRequest) and req.tool_choice not in (None, "auto", "none"):
+        raise ApiError(400, f"tool_choice={req.tool_choice!r} is not supported: the model is never forced to call a "
+                       'tool; send "auto" or "none"', param="tool_choice")
