@@ -140,9 +140,12 @@ def test_spent_run_budget_stops_before_starting(tmp_path, cli):
 
 
 def test_missing_cli_is_a_clear_error(monkeypatch, tmp_path):
+    import metainfer.agents.claude_code  # noqa: F401  (imports gitpython, which needs git on PATH, before PATH is emptied)
+
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(AgentError, match="not found on PATH.*install"):
+    with pytest.raises(AgentError, match="is not on PATH; install it.*on PATH, or use --agent offline") as err:
         get_agent("claude-code")
+    assert "executable=PATH" not in str(err.value)  # not an option of `metainfer build`
 
 
 def test_gate_tool_failures_are_tool_errors_and_settings_round_trip(tmp_path, monkeypatch, capsys):

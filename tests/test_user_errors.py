@@ -173,3 +173,30 @@ def test_serve_md_lists_what_is_not_supported():
     section = text.split("Not supported", 1)[1][:1500]
     for name in ("logit_bias", "response_format", "best_of", "suffix", "tool_choice", "echo"):
         assert f"`{name}" in section, name
+
+
+def test_a_misspelled_agent_is_refused_by_the_dry_run_as_by_the_run(tmp_path):
+    runs = tmp_path / "runs"
+    base = ("build", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu", "--agent", "scriptd", "--runs-dir", str(runs))
+    real, dry = _one_line_error(_cli(*base)), _one_line_error(_cli(*base, "--dry-run"))
+    assert real == dry and "unknown agent 'scriptd'" in real and "scripted" in real, (real, dry)
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize("agent, names", [
+    ("anthropic", ("ANTHROPIC_API_KEY", "--agent offline")),
+    ("claude-code", ("'claude' is not on PATH", "npm i -g @anthropic-ai/claude-code", "--agent offline")),
+])
+def test_an_agent_without_its_credentials_is_refused_before_a_run_record(tmp_path, agent, names):
+    repo = _project(tmp_path / "repo")  # without the fix the run went on: its branch and worktree land here
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}  # no `claude` there
+    assert not shutil.which("claude", path=env["PATH"])
+    base = ("build", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu", "--agent", agent, "--runs-dir", str(runs))
+    msg = _one_line_error(_cli(*base, env=env, cwd=repo, timeout=60))
+    assert all(n in msg for n in names) and "executable=PATH" not in msg, msg
+    assert not runs.exists()  # no run record marked crashed
+    dry = _cli(*base, "--dry-run", env=env, cwd=repo)
+    assert not (repo / ".metainfer" / "worktrees").exists() and not _git(repo, "branch", "--list", "metainfer/*")
+    assert dry.returncode == 2 and "refused    : " in dry.stdout and all(n in dry.stdout for n in names), dry.stdout
+    assert not runs.exists()

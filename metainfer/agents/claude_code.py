@@ -57,7 +57,7 @@ class ClaudeCodeAgent:
         extra_args: more CLI arguments, appended as given.
 
     Raises:
-        AgentError: the executable is not found (install Claude Code or pass ``executable``).
+        AgentError: the executable is not found (install Claude Code and put it on PATH).
     """
 
     name = "claude-code"
@@ -69,8 +69,9 @@ class ClaudeCodeAgent:
         self.model = model or os.environ.get(MODEL_ENV) or None
         found = shutil.which(executable)
         if not found:
-            raise AgentError(f"Claude Code CLI {executable!r} not found on PATH; install it (npm i -g @anthropic-ai/claude-code) "
-                             "or pass executable=PATH")
+            from metainfer.agents import claude_missing_message
+
+            raise AgentError(claude_missing_message(executable))
         self.executable = found
         self.limits = Limits(max_turns=max_turns, max_tokens=None, max_usd=max_usd, time_limit_s=time_limit_s)
         self.permission_mode = permission_mode

@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from harness.hashing import harness_digest
-from metainfer.agents import AGENTS, BudgetExceeded, ProposalContext, get_agent
+from metainfer.agents import AGENTS, BudgetExceeded, ProposalContext, check_agent, get_agent
 from metainfer.build.budget import budget_stop
 from metainfer.build.config import BuildConfig
 from metainfer.build.decision import Decision
@@ -41,8 +41,8 @@ def run_build(config: BuildConfig, progress: Progress | None = None) -> RunRecor
         GpuMismatchError, UnknownNameError, BuildError: before anything runs, for bad options.
         KeyboardInterrupt: after the state is saved.
     """
-    if config.agent is not None and config.agent not in AGENTS:
-        get_agent(config.agent)  # raises UnknownNameError (listing the known agents) before anything is written
+    if config.agent is not None:  # an unknown name or missing credentials: refused before anything is written
+        check_agent(config.agent, config.agent_options)
     s, agent_name, agent_options = open_session(config, progress or Progress())
     st = s.record.state
     try:

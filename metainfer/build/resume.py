@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metainfer.agents import default_agent_name
+from metainfer.agents import check_agent, default_agent_name
 from metainfer.build.budget import budget_stop
 from metainfer.build.config import DEFAULT_GATE_TIMEOUT_S, BuildConfig, BuildError, worktree_path
 from metainfer.build.decision import Decision, parse_trailers
@@ -66,6 +66,8 @@ def open_session(config: BuildConfig, progress: Progress, agent_label: str | Non
                            st.get("active_seconds", 0.0), st.get("cost_usd", 0.0))
         if stop:  # it would stop again before doing anything: say what continues it instead
             raise BuildError(f"run {record.run_id}: {stop.advice(resume_command(config, record.run_id))}")
+        if config.agent is None:  # the run's own agent must still be able to start (a key set then, unset now)
+            check_agent(st["agent"], st.get("agent_options"))
         check_present(st["gpu"])
         target = make_target(st["model"], st["quant"], st["gpu"])
         refuse_lost_branch(root, record, target.branch)

@@ -77,12 +77,21 @@ def build(
                     f"{'one sample (it reads 0)' if rounds == 1 else 'two samples'}; use 3 or more for a decision",
                     fg="yellow", err=True)
     if dry_run:
-        plan = make_plan(config)
-        typer.echo("\n".join(plan.lines()))
+        from metainfer.agents import AGENTS, check_agent
         from metainfer.errors import MetainferError
         from metainfer.targets import check_present
 
+        if name is not None and name not in AGENTS:
+            check_agent(name)  # the real run's refusal, before the plan: UnknownNameError listing the known agents
+        plan = make_plan(config)
+        typer.echo("\n".join(plan.lines()))
         refused = False
+        if name is not None:
+            try:
+                check_agent(name, options)  # credentials: the real run refuses them before any record
+            except MetainferError as err:
+                typer.echo(f"  refused    : {err}")
+                refused = True
         try:
             check_present(gpu, model)
         except MetainferError as err:

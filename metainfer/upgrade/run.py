@@ -23,7 +23,7 @@ from typing import Any
 
 import git
 
-from metainfer.agents import AGENTS, BudgetExceeded, default_agent_name, get_agent
+from metainfer.agents import BudgetExceeded, check_agent, default_agent_name
 from metainfer.build.config import BuildConfig, BuildError
 from metainfer.build.progress import Progress
 from metainfer.build.records import RunRecord, utc_now
@@ -80,8 +80,8 @@ def run_upgrade(cfg: UpgradeConfig, progress: Progress | None = None) -> RunReco
         KeyboardInterrupt: after the state is saved (resume with ``--resume <run-id>``).
     """
     progress = progress or Progress()
-    if cfg.agent is not None and cfg.agent not in AGENTS:
-        get_agent(cfg.agent)  # lists the known agents
+    if cfg.agent is not None:  # an unknown name (the known ones listed) or missing credentials, before any record
+        check_agent(cfg.agent, cfg.agent_options)
     if cfg.repair_attempts < 0:
         raise BuildError(f"--repair-attempts must be >= 0, got {cfg.repair_attempts}")
     bc = _build_config(cfg)
