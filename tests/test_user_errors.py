@@ -200,3 +200,11 @@ def test_an_agent_without_its_credentials_is_refused_before_a_run_record(tmp_pat
     assert not (repo / ".metainfer" / "worktrees").exists() and not _git(repo, "branch", "--list", "metainfer/*")
     assert dry.returncode == 2 and "refused    : " in dry.stdout and all(n in dry.stdout for n in names), dry.stdout
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("port", ["80000", "-1"])
+def test_serve_refuses_a_port_out_of_range_in_one_line(tmp_path, port):
+    p = _cli("serve", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu", "--checkpoint", str(tmp_path), "--port", port,
+             timeout=120)
+    msg = _one_line_error(p)
+    assert f"--port {port}" in msg and "1-65535" in msg, msg

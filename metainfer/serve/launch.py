@@ -117,7 +117,10 @@ def build_state(args: LaunchArgs) -> ServerState:
 
 def check_port(host: str, port: int) -> None:
     """Raises MetainferError at once when ``host:port`` cannot be bound (in use, or not an address of this machine),
-    before seconds of engine loading end in uvicorn's raw ``[Errno 98]``."""
+    before seconds of engine loading end in uvicorn's raw ``[Errno 98]``; a port outside 0-65535 likewise, not the
+    socket's raw ``OverflowError``."""
+    if not 0 <= port <= 65535:
+        raise MetainferError(f"--port {port} is not a TCP port; give one of 1-65535 (or 0 for any free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT leftovers do not count
