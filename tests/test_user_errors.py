@@ -208,3 +208,37 @@ def test_serve_refuses_a_port_out_of_range_in_one_line(tmp_path, port):
              timeout=120)
     msg = _one_line_error(p)
     assert f"--port {port}" in msg and "1-65535" in msg, msg
+
+
+def test_a_checkpoint_folder_without_config_json_is_named_by_every_command(tmp_path):
+    """--checkpoint DIR was passed: the message says DIR has no config.json and what a checkpoint folder holds, not
+    "pass --checkpoint DIR"."""
+    assert _cli("render", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu", "--out", str(tmp_path / "g")).returncode == 0
+    eng = tmp_path / "g" / f"{TINY}-nvfp4-cpu"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a checkpoint\n")
+    target = ("--model", TINY, "--quant", "nvfp4", "--gpu", "cpu")
+    commands = [
+        ("generate", "--engine", str(eng), "--checkpoint", str(empty), "--ids", "1,2,3"),
+        ("parity", "--engine", str(eng), "--checkpoint", str(empty)),
+        ("bench", "--engine", str(eng), "--checkpoint", str(empty), "--workload", "ttft"),
+        ("serve", *target, "--checkpoint", str(empty), "--port", "0"),
+        ("build", *target, "--checkpoint", str(empty), "--runs-dir", str(tmp_path / "runs")),
+        ("build", *target, "--checkpoint", str(empty), "--runs-dir", str(tmp_path / "runs"), "--dry-run"),
+    ]
+    for args in commands:
+        msg = _one_line_error(_cli(*args, timeout=120))
+        assert f"--checkpoint {empty} has no config.json" in msg and "*.safetensors" in msg, (args[0], msg)
+        assert "metainfer checkpoint --model M --quant Q --out DIR" in msg and "pass --checkpoint DIR" not in msg, msg
+    repo = _project(tmp_path / "repo")  # and for a built target's branch head (the new user's command)
+    _git(repo, "checkout", "-q", "-b", f"metainfer/{TINY}-nvfp4-cpu")
+    shutil.copytree(eng, repo / "generated" / eng.name)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "render")
+    _git(repo, "checkout", "-q", "main")
+    msg = _one_line_error(_cli("generate", *target, "--checkpoint", str(empty), "--ids", "1,2,3", cwd=repo))
+    assert f"--checkpoint {empty} has no config.json" in msg and "pass --checkpoint DIR" not in msg, msg
+    gone = _one_line_error(_cli("parity", "--engine", str(eng), "--checkpoint", str(tmp_path / "nope")))
+    assert f"--checkpoint {tmp_path / 'nope'} does not exist" in gone, gone
+    assert not (tmp_path / "runs").exists()

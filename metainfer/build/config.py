@@ -105,8 +105,13 @@ class BuildConfig:
             raise BuildError(f"--twin-periods must be >= 0 (0: no twin stage), got {self.twin_periods}")
         if self.gate_rounds is not None and self.gate_rounds < 1:
             raise BuildError(f"--rounds must be >= 1, got {self.gate_rounds}")
-        if self.checkpoint is not None and not Path(self.checkpoint).is_dir():
-            raise BuildError(f"--checkpoint {self.checkpoint} is not a folder; omit it to use a synthetic checkpoint")
+        if self.checkpoint is not None:
+            from metainfer.errors import CheckpointError, check_checkpoint_folder
+
+            try:
+                check_checkpoint_folder(self.checkpoint)
+            except CheckpointError as err:
+                raise BuildError(f"{err}; or omit --checkpoint to use a synthetic one") from None
         if self.gate_scale is not None and self.gate_scale not in ("cpu", "full"):
             raise BuildError(f"--scale must be cpu or full, got {self.gate_scale!r}")
         if self.gate_workloads is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from metainfer.errors import MetainferError
+from metainfer.errors import MetainferError, check_checkpoint_folder
 
 
 def bench(
@@ -39,11 +39,11 @@ def bench(
     from harness.gate import cpu_threads
 
     cpu_threads(device)  # one intra-op thread on the CPU, as the gate (OpenMP threads stretch timings under load)
-    for flag, path in (("--engine", engine), ("--checkpoint", checkpoint)):
-        if not path.is_dir():
-            from metainfer.build.config import built_engine_hint
+    if not engine.is_dir():
+        from metainfer.build.config import built_engine_hint
 
-            raise MetainferError(f"{flag} {path}: no such folder" + (built_engine_hint(path) if flag == "--engine" else ""))
+        raise MetainferError(f"--engine {engine}: no such folder" + built_engine_hint(engine))
+    check_checkpoint_folder(checkpoint)
     if rounds < 1:
         raise MetainferError(f"--rounds must be at least 1, got {rounds}")
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from metainfer.errors import MetainferError
+from metainfer.errors import MetainferError, check_checkpoint_folder
 
 
 class GenerateError(MetainferError):
@@ -53,6 +53,7 @@ def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, qu
                                 f"one), or --model/--quant/--gpu for a built target{built_engine_hint(engine)}")
         if checkpoint is None:
             raise GenerateError("--engine needs --checkpoint (the folder the engine loads)")
+        check_checkpoint_folder(checkpoint)
         return engine, checkpoint
     if None in (model, quant, gpu):
         raise GenerateError("give --engine DIR --checkpoint DIR, or --model M --quant Q --gpu G for a built target")
@@ -62,6 +63,8 @@ def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, qu
     from metainfer.targets import make_target
 
     target = make_target(model, quant, gpu)
+    if checkpoint is not None:  # before the engine is looked up (and exported): nothing to clean up on a bad folder
+        check_checkpoint_folder(checkpoint)
     root = find_repo_root()
     built = branch_engine(root, target.name, kind="generate")
     if built is None:
@@ -69,9 +72,12 @@ def _resolve(engine: Path | None, checkpoint: Path | None, model: str | None, qu
                             f"`metainfer build --model {model} --quant {quant} --gpu {gpu}` first, or pass --engine")
     typer.echo(built.describe(), err=True)
     eng = built.path
-    ck = checkpoint or cached_checkpoint_path(root, target.model.name, target.quant.name, seed)
+    if checkpoint is not None:
+        return eng, checkpoint
+    ck = cached_checkpoint_path(root, target.model.name, target.quant.name, seed)
     if not (ck / "config.json").is_file():
-        raise GenerateError(f"no checkpoint at {ck}; pass --checkpoint DIR")
+        raise GenerateError(f"no cached synthetic checkpoint of {target.name} with --seed {seed} at {ck} (`metainfer clean` "
+                            f"removes them; a build writes it again); pass --checkpoint DIR")
     return eng, ck
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from metainfer.errors import MetainferError
+from metainfer.errors import MetainferError, check_checkpoint_folder
 
 
 class ParityInputError(MetainferError):
@@ -39,8 +39,7 @@ def parity(
 
         raise ParityInputError(f"--engine {engine} is not a folder; pass generated/<target> from `metainfer render`"
                                + built_engine_hint(engine))
-    if not checkpoint.is_dir():
-        raise ParityInputError(f"--checkpoint {checkpoint} is not a folder; pass an HF-format checkpoint folder")
+    check_checkpoint_folder(checkpoint)
     for flag, dev in (("--device", device), ("--reference-device", reference_device or device)):
         if dev.split(":")[0] not in ("cpu", "cuda"):
             raise ParityInputError(f"{flag} {dev!r}: use cpu or cuda[:N]")

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from metainfer.errors import MetainferError
+from metainfer.errors import MetainferError, check_checkpoint_folder
 from metainfer.serve.state import ServeConfig, ServerState
 from metainfer.serve.text import TextSide
 from metainfer.tempdirs import mkdtemp
@@ -86,8 +86,7 @@ def build_state(args: LaunchArgs) -> ServerState:
     from harness.engine_loader import import_engine
     from metainfer.targets import check_present
 
-    if not args.checkpoint.is_dir():
-        raise MetainferError(f"--checkpoint {args.checkpoint}: no such folder")
+    check_checkpoint_folder(args.checkpoint)
     check_present(args.gpu)
     if args.add_tokenizer and not (args.checkpoint / "tokenizer_config.json").is_file():
         from metainfer.checkpoint.tokenizer import write_tokenizer
