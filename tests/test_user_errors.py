@@ -242,3 +242,12 @@ def test_a_checkpoint_folder_without_config_json_is_named_by_every_command(tmp_p
     gone = _one_line_error(_cli("parity", "--engine", str(eng), "--checkpoint", str(tmp_path / "nope")))
     assert f"--checkpoint {tmp_path / 'nope'} does not exist" in gone, gone
     assert not (tmp_path / "runs").exists()
+
+
+def test_readme_counts_the_mutants_the_tool_runs():
+    import re
+
+    from metainfer.mutants.catalogue import catalogue
+
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("metainfer mutants "))
+    assert int(re.search(r"# (\d+) single-op mutants", line).group(1)) == len(catalogue(300)), line
