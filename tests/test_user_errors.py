@@ -251,3 +251,26 @@ def test_readme_counts_the_mutants_the_tool_runs():
 
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("metainfer mutants "))
     assert int(re.search(r"# (\d+) single-op mutants", line).group(1)) == len(catalogue(300)), line
+
+
+@pytest.mark.parametrize("text, why", [
+    ("Route each token to one expert fewer.\nThen commit it.\n", "it holds no diff"),
+    ("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n garbage\n", "corrupt patch"),
+])
+def test_a_script_that_is_not_a_patch_is_refused_before_anything_runs(tmp_path, text, why):
+    repo = _project(tmp_path / "repo")  # a run that went ahead would make its branch and worktree here
+    runs = tmp_path / "runs"
+    notes = tmp_path / "notes.patch"
+    notes.write_text(text)
+    base = ("build", "--model", TINY, "--quant", "nvfp4", "--gpu", "cpu", "--script", str(notes), "--runs-dir", str(runs))
+    for extra in (("--dry-run",), ()):  # the plan refuses what the run would
+        msg = _one_line_error(_cli(*base, *extra, cwd=repo, timeout=60))
+        assert f"--script {notes} is not a patch" in msg and why in msg and "--allow-empty" not in msg, (extra, msg)
+        assert not runs.exists() and not _git(repo, "branch", "--list", "metainfer/*")
+
+
+def test_the_examples_patches_pass_the_patch_check():
+    from metainfer.agents.scripted import check_patch, expand_patches
+
+    for p in expand_patches([ROOT / "examples" / "cpu-tiny"]):
+        check_patch(p)

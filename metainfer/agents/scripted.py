@@ -48,6 +48,23 @@ def expand_patches(items: list[str | Path]) -> list[Path]:
     return out
 
 
+def check_patch(path: Path) -> None:
+    """Refuse a file that is not a well-formed patch (plain text, a truncated diff) before anything runs, instead of
+    at its iteration after the baseline's gate. ``git apply --numstat`` parses it without applying it.
+
+    Raises:
+        AgentError: naming the file and what is wrong with it.
+    """
+    proc = subprocess.run(["git", "apply", "--numstat", str(Path(path).resolve())], cwd=Path(path).resolve().parent,
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return
+    why = proc.stderr.strip().removeprefix("error: ").splitlines()[0] if proc.stderr.strip() else ""
+    why = "it holds no diff" if not why or "No valid patches" in why else f"git apply cannot read it ({why})"
+    raise AgentError(f"--script {path} is not a patch: {why}; give unified diffs (`git diff` or `git format-patch` "
+                     "output) with repository-relative paths (generated/<target>/...)")
+
+
 class ScriptedAgent:
     """Applies ``patches[iteration - 1]``; after the last patch it proposes nothing (``changed=False``).
 

@@ -132,6 +132,13 @@ class BuildConfig:
             if not found:
                 raise BuildError(f"--script {' '.join(map(str, self.agent_options['patches']))}: no .diff or .patch "
                                  "file there; give patch files or folders holding them")
+            from metainfer.agents.scripted import check_patch
+
+            for patch in found:  # well-formed now, not at its iteration after minutes of baseline gate
+                try:
+                    check_patch(patch)
+                except MetainferError as err:
+                    raise BuildError(str(err)) from None
 
     def root(self) -> Path:
         """The repository root (``repo_root`` or found from the cwd)."""
