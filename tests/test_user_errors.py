@@ -3,7 +3,6 @@ the problem and the fix (reported 2026-12-04)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
