@@ -106,6 +106,8 @@ def gate_capacity(a):
     from harness.prompts import default_steps
     from harness.workloads import SERVE_CAPACITY, capacity, parse_workloads
 
+    if not {"parity", "bench", "profile"} & set(a.stages):
+        return None  # no stage loads an engine
     caps = [SERVE_CAPACITY]
     if "parity" in a.stages:
         caps.append(parity_capacity(parity_lengths(a), a.parity_steps or default_steps(a.device)))

@@ -212,8 +212,8 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
 
     ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` the short prompts are run
     once more as a batch of that many sequences (``parity_engine.wide_indices``), teacher-forced and greedy, each
-    entry (mode ``wide<B>``) judged as a batched one is. ``serving``: run the serving script last
-    (``harness.serving_checks``; its failures are run-level failures), None to leave it out."""
+    entry (mode ``wide<B>``) judged as a batched one is. ``serving``: run the serving script last, when every other
+    check passed (``harness.serving_checks``; its failures are run-level failures), None to leave it out."""
     runs = Phase()
     alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
     alone_greedy = [greedy_tokens(engine, [r])[0] for r in refs]
@@ -250,7 +250,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     if wide_runs:
         runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
-    if serving is not None:
+    if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
         decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)
         run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving)

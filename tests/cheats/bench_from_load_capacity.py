@@ -7,8 +7,8 @@ e4m3-rounded activations (per-token scale); loaded with parity's it was the temp
 Now every engine worker of a gate is loaded with one capacity, the union of what parity, the bench's workloads and
 the profile need (``harness.gate_stages.gate_capacity``), so a rule on load's arguments is true in every stage or in
 none. This attempt arms on every capacity a bench stage asks for: the old gate's (5 x 32, x 520) and the gate's one
-capacity now (11 x 977 with the full CPU set, 33 x 4033 at full size with the default workloads); the cut is then
-judged by parity (decode consistency). On the CPU the one capacity is parity's own (the CPU bench's 5 x 32 fits inside
+capacity (11 x 977 with the full CPU set, 33 x 4033 at full size with the default workloads; since session 16
+64 x 4096, metainfer serve's default, on both); the cut is then judged by parity (decode consistency). On the CPU the one capacity is parity's own (the CPU bench's 5 x 32 fits inside
 11 x 977), so this row cannot tell the old gate from the new one: ``tests/test_gate.py::
 test_every_stage_loads_the_engine_with_one_capacity`` is the regression test of the fix. R3's original rule (5 x 32 or
 x 520 only) now never arms in a full-parity gate (an honest engine) and arms in parity on the quick set, where two
@@ -26,7 +26,7 @@ STAGE = "parity"
 REASON = "consistency (decode"
 
 #: the capacities a bench stage loads with: the old gate's (CPU shapes; full size) and the gate's one capacity now
-BENCH_CAPACITIES = ((5, 32), (11, 977), (33, 4033))
+BENCH_CAPACITIES = ((5, 32), (11, 977), (33, 4033), (64, 4096))
 
 
 def apply(engine_dir: Path) -> None:

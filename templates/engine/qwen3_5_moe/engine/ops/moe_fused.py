@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
-from ..kernels.reference import dequant_nvfp4_ref
+from ..kernels.reference import dequant_nvfp4_ref, mm_rows
 from .moe_align import moe_align_triton
 from .moe_pack import SG_BYTES, PackedExperts, unpack_experts
 from .moe_reduce import moe_reduce_triton
@@ -86,7 +86,7 @@ def pick_bucket(t: int, launch: dict) -> MoeBucket:
 def moe_w4a16_ref(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, pk: PackedExperts,
                   n_valid: torch.Tensor | None = None) -> torch.Tensor:
     """Plain torch (the specification): ``kernels.reference.moe_nvfp4_ref``'s math on the unpacked
-    experts (fp32 GEMMs, h rounded to bf16, fp32 sum, one rounding); pairs with ids outside [0, E)
+    experts (row-invariant fp32 GEMMs: ``mm_rows``, h rounded to bf16, fp32 sum, one rounding); pairs with ids outside [0, E)
     and rows t ≥ n_valid contribute nothing (such rows give 0) and their experts are not read."""
     n_exp = pk.num_experts
     ok = (ids >= 0) & (ids < n_exp)
@@ -98,9 +98,9 @@ def moe_w4a16_ref(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, pk:
     for e in torch.unique(ids[ok]).tolist():
         tok, pos = torch.where((ids == e) & ok)
         g = torch.cat([g13[e, 0].expand(inter), g13[e, 1].expand(inter)]).reshape(-1, 1)
-        gu = x[tok].float() @ dequant_nvfp4_ref(w13[e], s13[e], g).T  # [n, 2I]
+        gu = mm_rows(x[tok], dequant_nvfp4_ref(w13[e], s13[e], g))  # [n, 2I]
         h = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(x.dtype)
-        y = h.float() @ dequant_nvfp4_ref(w2[e], s2[e], g2[e]).T
+        y = mm_rows(h, dequant_nvfp4_ref(w2[e], s2[e], g2[e]))
         out.index_add_(0, tok, y * weights[tok, pos].float().unsqueeze(-1))
     return out.to(x.dtype)
 
