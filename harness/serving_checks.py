@@ -155,7 +155,7 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
     if longs:
         bad += check_long_decode(engine, longs, _teacher_rows(engine, longs, slots),
                                  max(LONG_K * decode_threshold, LONG_FLOOR), slack, tie_floor)
-    return _done(fig, bad + _sampled(engine, script, outs, refs, slack, cfg, fig))
+    return _done(fig, bad + _sampled(engine, script, outs, refs, slack, tie_floor, cfg, fig))
 
 
 def _done(fig: ServingFigures, bad: list[str]) -> ServingFigures:
@@ -192,7 +192,7 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
         out.append(f"request {r.rid} (greedy, a {len(ref.prompt)}-token prompt, arrived before step {r.arrive}): token "
                    f"{match} is {o.tokens[match]} where the reference has {ref.continuation[match]} and no tie explains it")
     if r.logprobs is not None:
-        floor = [4 * float(s) + 1e-5 * max(1.0, float(ea[ref.split - 1 + j].abs().max())) for j, s in enumerate(slack)]
+        floor = [4 * float(s) + tie_floor * max(1.0, float(ea[ref.split - 1 + j].abs().max())) for j, s in enumerate(slack)]
         why = _logprob_errors(o, ea[rows], match, floor, r.logprobs)
         if why:
             out.append(f"request {r.rid} (greedy, logprobs {r.logprobs}) {why}")
@@ -200,7 +200,7 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
 
 
 def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, ScriptOutput], refs: list[ReferenceRun],
-             slack: float, cfg: ServingConfig, fig: ServingFigures) -> list[str]:
+             slack: float, tie_floor: float, cfg: ServingConfig, fig: ServingFigures) -> list[str]:
     """Twins, logprobs and the sample tests of the sampled pairs; ``slack``: the largest logit difference between
     the engine's alone and batched runs of one prompt, by which a sampling row may lie from its teacher-forced one."""
     bad: list[str] = []
@@ -226,7 +226,7 @@ def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, Scr
     rng = random.Random(cfg.seed ^ 0x5A5A)
     flat_rows, toks, settings, deltas = [], [], [], []
     for (r, o), rr in zip(seqs, rows, strict=True):
-        d = [2 * slack + 1e-5 * max(1.0, float(rr[j].abs().max())) for j in range(len(o.tokens))]
+        d = [2 * slack + tie_floor * max(1.0, float(rr[j].abs().max())) for j in range(len(o.tokens))]
         for j, t in enumerate(o.tokens):
             flat_rows.append(rr[j])
             toks.append(t)
