@@ -10,7 +10,7 @@ import torch
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
+    first_bad_layer, greedy_agreement, greedy_self_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
     pooled_update_errors, rel_l2, trivial_reason,
 )
 from harness.parity_progress import Phase
@@ -46,6 +46,14 @@ def judge_logits(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy:
     )
     if fig.greedy_match < fig.greedy_compared:
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
+    diff = (e[steps] - other[steps]).double()
+    diff = diff[torch.isfinite(diff)]
+    noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
+    at, fig.greedy_self = greedy_self_agreement(list(greedy), ref.continuation, e[steps], floor_rel=tol.tie_floor_rel,
+                                                slack=slack, noise=noise)
+    if at < len(ref.continuation):
+        fig.failures.append(f"greedy token {at} ({greedy[at]}) is not a top-1 of the engine's own teacher-forced row "
+                            f"({fig.greedy_self:.3g}x the bound): generate() computes otherwise than prefill()/decode()")
 
 
 @dataclass

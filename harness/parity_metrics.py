@@ -130,6 +130,51 @@ def greedy_agreement(
     return n, n
 
 
+def greedy_self_agreement(
+    engine: list[int], reference: list[int], e_rows: torch.Tensor, *, floor_rel: float, slack: torch.Tensor | None = None,
+    noise: float = 0.0, row_z: float = ROW_Z,
+) -> tuple[int, float]:
+    """Is each greedy token the engine's ``generate`` took a top-1 of the engine's own teacher-forced row?
+
+    Over the steps whose history is the reference's (up to and including the first step where ``engine`` and
+    ``reference`` differ), ``e_rows`` [n, V] (the engine's teacher-forced logits of the rows that predicted the
+    reference's n tokens) is what ``generate`` computed at that step up to the engine's own batch variation. So
+    the token g it took must satisfy::
+
+        max(e[j]) - e[j, g] <= 2 * slack[j] + 2 * z * noise + floor_rel * max|e[j]|
+
+    ``slack`` [n] as in :func:`greedy_agreement` (the row's max |alone − batched|; None means 0); ``noise``: the rms of
+    the engine's alone − batched logits over the prompt's rows, so that where one row happens to agree between the
+    two runs, ``generate``'s other batch may still move each id by a fresh draw of the engine's batch variation
+    (``z`` = ``row_z`` of them); 0 for a batch-invariant engine. Unlike the reference tie rule, no allowance for
+    the engine's error against the reference enters: both sides are the engine's. Why: a cut confined to ``generate`` (the bench's entry point) moves the rows by a few rms of the
+    engine's error, which the reference rule must forgive (``tests/cheats/generate_only_fp8_acts.py``).
+
+    Returns ``(step, ratio)``: the first step over the bound (``n`` when none) and the largest gap / bound seen
+    (NaN anywhere counts as over). Raises ``ValueError`` when the shapes disagree with the token counts.
+    """
+    if len(engine) != len(reference):
+        raise ValueError(f"engine generated {len(engine)} tokens, the reference {len(reference)}")
+    n = len(reference)
+    if e_rows.ndim != 2 or e_rows.shape[0] < n:
+        raise ValueError(f"need [>= {n}, V] logit rows, got {tuple(e_rows.shape)}")
+    worst = 0.0
+    for j in range(n):
+        g = int(engine[j])
+        if not 0 <= g < e_rows.shape[1]:
+            return j, math.inf
+        row = e_rows[j].double()
+        gap = float(row.max() - row[g])
+        bound = floor_rel * float(row.abs().max()) + (2.0 * float(slack[j]) if slack is not None else 0.0) + 2 * row_z * noise
+        ratio = gap / bound if bound > 0 else (0.0 if gap == 0 else math.inf)
+        if not ratio <= 1.0:  # NaN too
+            return j, ratio
+        worst = max(worst, ratio)
+        if g != reference[j]:
+            break
+    return n, worst
+
+
 def layer_errors(e: torch.Tensor, r: torch.Tensor) -> list[float]:
     """Relative L2 error per layer of hidden states [L+1, T, H] (index 0 embeddings): L+1 floats, inf on NaN."""
     if e.shape != r.shape:

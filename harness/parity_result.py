@@ -23,6 +23,8 @@ class PromptFigures:
         max_abs_err: max |e − r| over all P + n logit rows, in logit units.
         greedy_match / greedy_compared: common prefix of the engine's own greedy tokens and the
             reference's, within the steps before the first tie (passes iff equal).
+        greedy_self: the largest gap / bound of the engine's greedy tokens against its own teacher-forced rows
+            (``parity_metrics.greedy_self_agreement``; above 1 fails).
         batch_rel_err: ``batched`` and ``wide<B>``: relative L2 of the run's logits against the same
             engine's ``alone`` logits (batch invariance).
         failures: why this entry failed; empty when it passed.
@@ -39,6 +41,7 @@ class PromptFigures:
     max_abs_err: float = math.nan
     greedy_match: int = 0
     greedy_compared: int = 0
+    greedy_self: float = math.nan
     batch_rel_err: float | None = None
     failures: list[str] = field(default_factory=list)
     layer_errors: list[float] | None = None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.parity_engine import EngineApi
-from harness.parity_metrics import greedy_agreement
+from harness.parity_metrics import greedy_agreement, greedy_self_agreement
 from harness.path_checks import LONG_FLOOR, LONG_K, check_equal_batch, check_long_decode, check_pieces
 from harness.reference import ReferenceRun
 from harness.sampling_stats import sample_test
@@ -191,6 +191,14 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
     if match < compared:
         out.append(f"request {r.rid} (greedy, a {len(ref.prompt)}-token prompt, arrived before step {r.arrive}): token "
                    f"{match} is {o.tokens[match]} where the reference has {ref.continuation[match]} and no tie explains it")
+    diff = (ea[rows] - eb[rows]).double()
+    diff = diff[torch.isfinite(diff)]
+    noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
+    at, ratio = greedy_self_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], floor_rel=tie_floor, slack=slack, noise=noise)
+    if at < m and match == compared:
+        out.append(f"request {r.rid} (greedy, arrived before step {r.arrive}): token {at} ({o.tokens[at]}) is not a top-1 "
+                   f"of the engine's own teacher-forced row ({ratio:.3g}x the bound): the scheduler computes otherwise than "
+                   "prefill()/decode()")
     if r.logprobs is not None:
         floor = [4 * float(s) + tie_floor * max(1.0, float(ea[ref.split - 1 + j].abs().max())) for j, s in enumerate(slack)]
         why = _logprob_errors(o, ea[rows], match, floor, r.logprobs)

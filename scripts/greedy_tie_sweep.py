@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
                 seen.clear()
                 res = run_parity(engine, cached_checkpoint(ROOT, "bf16"), seed=1, prompt_nonce=nonce)
                 worst = sorted(seen, reverse=True)[:6]
+                own = sorted(((p.greedy_self, p.name) for p in res.prompts if p.greedy_self == p.greedy_self), reverse=True)[:4]
                 print(f"{attempt} nonce {nonce} {res.verdict}: gap/old bound, gap/new bound, gap/rms (worst 6): "
-                      + ", ".join(f"({o:.2f}, {n:.2f}, {g:.1f})" for o, n, g in worst), flush=True)
+                      + ", ".join(f"({o:.2f}, {n:.2f}, {g:.1f})" for o, n, g in worst)
+                      + "; own-row gap/bound (worst 4): " + ", ".join(f"{x:.2f} {n}" for x, n in own), flush=True)
     return 0
 
 

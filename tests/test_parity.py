@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, layer_errors, layer_name, max_abs, rel_l2, top2_margin, trivial_reason,
+    first_bad_layer, greedy_agreement, greedy_self_agreement, layer_errors, layer_name, max_abs, rel_l2, top2_margin, trivial_reason,
 )
 from harness.parity_result import ParityResult, PromptFigures, format_table
 from harness.prompts import LENGTHS, default_lengths, make_prompts
@@ -128,6 +128,34 @@ def test_greedy_agreement_stops_at_first_tie():
     assert greedy_agreement([0, 4, 2, 3], ref, rowwise, r, floor_rel=0.0) == (1, 2)
     with pytest.raises(ValueError, match="generated 3 tokens"):
         greedy_agreement([0, 1, 2], ref, e, r, floor_rel=0.0)
+
+
+def test_greedy_self_agreement_holds_generate_to_the_engines_own_rows():
+    ref = [0, 1, 2, 3]
+    e = torch.full((4, 6), -1.0)
+    for j, t in enumerate(ref):
+        e[j, t] = 1.0
+    e[2, 5] = 0.9  # the engine's own row prefers the reference's 2 over 5 by 0.1
+    assert greedy_self_agreement(ref, ref, e, floor_rel=0.0) == (4, 0.0)
+    # generate took 5 at step 2: 0.1 behind its own top-1 with no batch variation to excuse it -> fails there
+    at, ratio = greedy_self_agreement([0, 1, 5, 3], ref, e, floor_rel=0.0)
+    assert at == 2 and ratio == math.inf
+    # the same step is excused by a floor, by the row's own alone-vs-batched slack or by the run's batch noise
+    assert greedy_self_agreement([0, 1, 5, 3], ref, e, floor_rel=0.2)[0] == 4
+    assert greedy_self_agreement([0, 1, 5, 3], ref, e, floor_rel=0.0, slack=torch.tensor([0.0, 0.0, 0.06, 0.0]))[0] == 4
+    assert greedy_self_agreement([0, 1, 5, 3], ref, e, floor_rel=0.0, noise=0.02)[0] == 4
+    assert greedy_self_agreement([0, 1, 5, 3], ref, e, floor_rel=0.0, noise=0.02, row_z=1.0)[0] == 2
+    # a step the reference's history no longer reaches is not compared: after the first difference anything goes
+    assert greedy_self_agreement([0, 1, 5, 0], ref, e, floor_rel=0.2)[0] == 4
+    # a token that is the top-1 of the engine's row passes even where it differs from the reference
+    e[1, 4] = 2.0
+    assert greedy_self_agreement([0, 4, 0, 0], ref, e, floor_rel=0.0) == (4, 0.0)
+    nan = e.clone()
+    nan[0, 3] = float("nan")
+    assert greedy_self_agreement(ref, ref, nan, floor_rel=1.0)[0] == 0  # NaN in the row: never within the bound
+    assert greedy_self_agreement([0, 99, 2, 3], ref, e, floor_rel=1.0)[0] == 1  # out-of-vocab id
+    with pytest.raises(ValueError, match="generated 3 tokens"):
+        greedy_self_agreement([0, 1, 2], ref, e, floor_rel=0.0)
 
 
 def test_top2_margin():

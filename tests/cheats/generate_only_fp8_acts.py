@@ -3,11 +3,12 @@ check, the bench only ``generate``, so a flag set for the length of a ``generate
 without any state kept between calls. Inside it the experts' inputs (routed and shared) are rounded to e4m3 with
 a per-token scale (W16A8 FP8, the MoE block's output moves ~5.5 %), in prefill and decode alike.
 
-What sees it: parity's greedy runs go through ``generate`` (``harness.parity_engine.greedy_tokens``), and the
-tokens they take must be ties of the reference's (``harness.parity_metrics.greedy_agreement``). The cut's first
-wrong token lies 7-19 rms of the row's error behind the reference's (3 nonces), against at most 2.3 for the
-honest engine; the tie bound, about 6.4 rms, rejects it at 1.15-3.0x. The bench's output check (0.5 std of the
-baseline's row, about 16 rms here) alone would pass it."""
+What sees it: parity's greedy runs go through ``generate`` (``harness.parity_engine.greedy_tokens``), and each
+token they take must be a top-1 of the engine's own teacher-forced row up to its batch variation
+(``harness.parity_metrics.greedy_self_agreement``): 15-98x that bound (nonces 1-4), the honest template 0.00. The
+reference's tie rule (``greedy_agreement``, about 6.4 rms of the row's error) rejects it at only 1.15-3.0x, and
+not at all on some draws; the bench's output check (0.5 std of the baseline's row, about 16 rms here) alone would
+pass it."""
 
 from pathlib import Path
 
