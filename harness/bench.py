@@ -49,6 +49,8 @@ class BenchConfig:
         shapes: ``FULL_SHAPES`` on a GPU, ``CPU_SHAPES`` scaled down.
         device: ``"cuda"`` or ``"cpu"``.
         gpu: the GPU profile for roofline figures.
+        length_jitter: each sample's prompt lengths drawn in P ± ``floor(P * length_jitter)`` (``harness.workload_draws``;
+            the gate's bench, so that a path keyed to one exact shape wins no round); 0: every prompt exactly P.
         load_capacity: the ``engine.load`` capacity to ask for at least (the gate's, ``gate_stages.gate_capacity``: the
             same for every stage); each load asks for its union with the workloads' ``capacity``. None: theirs alone.
     """
@@ -64,6 +66,7 @@ class BenchConfig:
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     isolation: str | None = None
     load_capacity: Capacity | None = None
+    length_jitter: float = 0.0
 
     @property
     def prompt_seed(self) -> int:
@@ -109,7 +112,7 @@ def start_runner(name: str, engine_dir: str | Path, checkpoint_dir: str | Path, 
     and the load's deadline, for :func:`finish_load` (two engines load side by side)."""
     worker = Worker("engine", engine_dir=engine_dir, limits=config.limits, isolation=config.isolation)
     worker.stage_deadline = deadline
-    cap = capacity(parse_workloads(config.workloads), config.shapes).union(config.load_capacity)
+    cap = capacity(parse_workloads(config.workloads), config.shapes, config.length_jitter).union(config.load_capacity)
     try:
         import torch
 
@@ -245,10 +248,10 @@ def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: B
                rounds: int | None = None) -> dict[str, dict[str, list[float]]]:
     """Warm every runner, then rounds ``first_round ..`` (``rounds`` of them, default ``config.rounds``), alternating
     which runner goes first (``runners[0]`` in even rounds); ``{runner: {workload: [one sample per round]}}``."""
-    def timed(runner: WorkerRunner, w: Workload, seed: int) -> tuple[float, list]:
+    def timed(runner: WorkerRunner, w: Workload, seed: int, length_seed: int | None = None) -> tuple[float, list]:
         rec = _Recorder(runner)
         with paused([r.worker for r in runners if r is not runner]):  # the idle engine cannot steal time
-            return measure(w, rec, config.shapes, seed), rec.calls
+            return measure(w, rec, config.shapes, seed, jitter=config.length_jitter, length_seed=length_seed), rec.calls
 
     shuffle = random.Random(config.prompt_seed * 7919 + 17 + first_round)  # the secret order of the workloads, per round
     for runner in runners:
@@ -262,8 +265,8 @@ def _ab_rounds(runners: list[WorkerRunner], workloads: list[Workload], config: B
         got: dict[str, dict[str, tuple[float, list]]] = {r.name: {} for r in runners}
         for w in shuffle.sample(workloads, len(workloads)):
             seed = config.prompt_seed * 1000 + 10 * rnd + index[w.name]  # same prompts for both engines of this round
-            for runner in order:
-                got[runner.name][w.name] = timed(runner, w, seed)
+            for runner in order:  # lengths per round, not per workload: ttft and decode-bs1 of one P share theirs
+                got[runner.name][w.name] = timed(runner, w, seed, config.prompt_seed * 1000 + 10 * rnd)
         for name, per in got.items():
             for w in workloads:
                 figure, calls = per[w.name]
@@ -280,7 +283,7 @@ def summarize(samples: dict[str, dict[str, list[float]]], workloads: list[Worklo
               config: BenchConfig) -> BenchResult:
     """Turn raw samples (``{"candidate": {workload: [...]}, "baseline": ...}``) into the bench JSON and verdict."""
     out: dict = {"scaled_down": config.shapes.scaled_down, "shapes": config.shapes.to_dict(), "rounds": config.rounds,
-                 "seed": config.seed, "prompt_nonce": config.nonce, "gpu_profile": config.gpu.name, "quant": quant,
+                 "seed": config.seed, "prompt_nonce": config.nonce, "length_jitter": config.length_jitter, "gpu_profile": config.gpu.name, "quant": quant,
                  "spread_definition": "(max - min) / median of the samples",
                  "noise_definition": "half relative range of per-round paired ratios; objective: RMS over workloads",
                  "workloads": {}, "objective": None}

@@ -37,6 +37,7 @@ from pathlib import Path
 from harness.env import env_info
 from harness.hashing import harness_digest
 from harness.result import GateResult, StageResult
+from harness.workload_draws import GATE_LENGTH_JITTER
 
 STAGES = ("static", "parity", "twin", "bench", "profile")
 
@@ -75,6 +76,7 @@ class GateArgs:
     profile_timeout: float | None = None  # seconds for the whole profile stage; None: load limit + one call limit
     twin_periods: int = 1  # layer periods of the twin stage's shallow twin
     twin_engine: Path | None = None  # the candidate's twin (metainfer.twin.make_twin), for the twin stage
+    length_jitter: float = GATE_LENGTH_JITTER  # bench prompt lengths P +- floor(P * this) (harness.workload_draws)
 
     @property
     def device(self) -> str:
@@ -94,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=5, help="A/B rounds of the bench stage")
     p.add_argument("--scale", choices=("cpu", "full"), default=None, help="bench shapes (default: cpu on --gpu cpu, else full)")
     p.add_argument("--workloads", default="ttft,decode-bs1,conc32", help="comma list of workloads (harness/workloads.py: ttft, decode-bs1, conc32, conc64, conc128, ttft-2k, ttft-8k, prefill-16k); default ttft,decode-bs1,conc32")
+    p.add_argument("--length-jitter", type=float, default=GATE_LENGTH_JITTER, help="bench prompt lengths drawn in P +- floor(P * this) per sample, so no exact shape is timed (harness/workload_draws.py); 0: exactly P")
     p.add_argument("--parity-lengths", default=None, help="comma list of prompt lengths for a quick parity check (default: docs/PARITY.md's full set)")
     p.add_argument("--parity-steps", type=int, default=None, help="teacher-forced decode steps per parity prompt (default: docs/PARITY.md)")
     p.add_argument("--prompt-nonce", type=int, default=None, help="reproduce a gate run: the nonce its JSON records under nonces.gate (default: fresh, secret until the gate ends)")
@@ -149,12 +152,15 @@ def parse_args(argv: list[str] | None = None) -> GateArgs:
         raise UsageError(f"--profile-batch must be at least 1 and --profile-timeout positive, got {a.profile_batch}, {a.profile_timeout}")
     if a.twin_periods < 1:
         raise UsageError(f"--twin-periods must be at least 1, got {a.twin_periods}")
+    if not 0.0 <= a.length_jitter <= 0.5:
+        raise UsageError(f"--length-jitter must be in [0, 0.5] (a fraction of each workload's prompt length), got {a.length_jitter}")
     seed = a.seed if a.seed is not None else secrets.randbelow(2**31)
     scale = a.scale or ("cpu" if a.gpu == "cpu" else "full")
     return GateArgs(a.engine.resolve(), a.checkpoint.resolve(), a.baseline.resolve() if a.baseline else None, a.gpu,
                     stages, seed, a.rounds, scale, workloads, a.json_out, lengths, a.parity_steps, a.prompt_nonce,
                     a.timeout_scale, a.isolation, profile_batch=a.profile_batch, profile_timeout=a.profile_timeout,
-                    twin_periods=a.twin_periods, twin_engine=a.twin_engine.resolve() if a.twin_engine else None)
+                    twin_periods=a.twin_periods, twin_engine=a.twin_engine.resolve() if a.twin_engine else None,
+                    length_jitter=a.length_jitter)
 
 
 def _json_safe(x):

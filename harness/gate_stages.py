@@ -62,7 +62,8 @@ def stage_static(ctx: StageContext) -> StageOutcome:
 
 def parity_lengths(a) -> tuple[int, ...]:
     """The parity prompt lengths of gate args ``a``: ``--parity-lengths`` or the device's default set, plus every
-    prompt length the bench stage will time that the set lacks, in workload order (docs/PARITY.md, "What runs").
+    prompt length the bench stage will time that the set lacks, in workload order (docs/PARITY.md, "What runs"); where
+    the bench jitters its lengths (``--length-jitter``), a length drawn from the seed in the same range.
 
     Why: a cut that shows only at the bench's lengths would otherwise be timed and never judged: past some context
     (attention limited to a window longer than every parity prompt, timed by ``ttft-8k``, ``prefill-16k``), or at the
@@ -70,17 +71,20 @@ def parity_lengths(a) -> tuple[int, ...]:
     """
     from harness.bench import shapes_for
     from harness.prompts import SeedDrawn, default_lengths
+    from harness.workload_draws import length_spread
     from harness.workloads import parse_workloads
 
     lengths = tuple(a.parity_lengths) if a.parity_lengths else default_lengths(a.device)
     if "bench" not in a.stages:
         return lengths
     fixed = {int(n) for n in lengths if not isinstance(n, SeedDrawn)}
-    extra = []
+    extra: list[int] = []
     for w in parse_workloads(list(a.workloads)):
         p = w.at(shapes_for(a.scale)).prompt
-        if p not in fixed and p not in extra:
-            extra.append(p)
+        d = length_spread(p, a.length_jitter)
+        n = SeedDrawn(p - d, p + d) if d else p  # the bench draws its lengths from that range: so does parity
+        if (d or p not in fixed) and repr(n) not in map(repr, extra):
+            extra.append(n)
     return (*lengths, *extra)
 
 
@@ -113,7 +117,7 @@ def gate_capacity(a):
         caps.append(parity_capacity(parity_lengths(a), a.parity_steps or default_steps(a.device)))
     shapes = shapes_for(a.scale)
     if "bench" in a.stages:
-        caps.append(capacity(parse_workloads(list(a.workloads)), shapes))
+        caps.append(capacity(parse_workloads(list(a.workloads)), shapes, a.length_jitter))
     if "profile" in a.stages:
         from metainfer.targets import get_gpu
 
@@ -196,7 +200,8 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
 
     a = ctx.args
     config = BenchConfig(list(a.workloads), a.rounds, a.seed, shapes_for(a.scale), a.device, get_gpu(a.gpu),
-                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=ctx.capacity)
+                         nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=ctx.capacity,
+                         length_jitter=a.length_jitter)
     res = run_bench(a.engine, a.checkpoint, config, a.baseline)
     return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
 

@@ -15,7 +15,8 @@ P = prompt tokens, N = output tokens, S = concurrent streams. A run is at one sc
 (a GPU) or scaled down (the CPU, ``scaled_down: true``); ``FULL_SHAPES`` / ``CPU_SHAPES`` name the
 scale (and are the shapes of ``conc32``, the envelope of the first three workloads) and
 ``Workload.at`` gives a workload's own shape at it. Prompts are random token ids drawn per
-sample from a seeded generator (the same prompts for both engines of an A/B round); outputs are
+sample from a seeded generator (the same prompts for both engines of an A/B round), their lengths exactly P
+or, in the gate's bench, drawn around P (``harness.workload_draws``); outputs are
 forced to full length (``ignore_eos=True``, greedy) and their lengths checked, so an engine
 cannot look fast by stopping early. ``decode-bs1`` times two requests with different prompts
 (1 output token, then N) so a prefix cache cannot turn the second prefill into a free one.
@@ -24,12 +25,13 @@ cannot look fast by stopping early. ``decode-bs1`` times two requests with diffe
 from __future__ import annotations
 
 import difflib
-import random
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
 
 import torch
+
+from harness.workload_draws import draw_lengths, draw_prompts, length_spread
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ class Capacity:
 SERVE_CAPACITY = Capacity(64, 4096)
 
 
-def capacity(workloads: list[Workload], scale: Shapes) -> Capacity:
-    """The ``engine.load`` capacity for ``workloads`` at ``scale``: max S + 1 slots, max(P + N) + 8 tokens each.
+def capacity(workloads: list[Workload], scale: Shapes, jitter: float = 0.0) -> Capacity:
+    """The ``engine.load`` capacity for ``workloads`` at ``scale``: max S + 1 slots, max(P + N) + 8 tokens each, P at
+    the top of its drawn range when ``jitter`` > 0 (``workload_draws.length_spread``).
 
     Raises:
         ValueError: no workloads.
@@ -159,7 +162,8 @@ def capacity(workloads: list[Workload], scale: Shapes) -> Capacity:
     if not workloads:
         raise ValueError("capacity of no workloads; select at least one")
     shapes = [w.at(scale) for w in workloads]
-    return Capacity(max(s.streams for s in shapes) + 1, max(s.prompt + s.output for s in shapes) + 8)
+    return Capacity(max(s.streams for s in shapes) + 1,
+                    max(s.prompt + length_spread(s.prompt, jitter) + s.output for s in shapes) + 8)
 
 
 class BenchError(RuntimeError):
@@ -199,12 +203,6 @@ def parse_workloads(names: str | list[str]) -> list[Workload]:
     return [WORKLOADS[n] for n in items]
 
 
-def draw_prompts(seed: int, count: int, length: int, vocab_size: int) -> list[list[int]]:
-    """``count`` prompts of ``length`` random token ids in [0, vocab_size), from ``random.Random(seed)``."""
-    rng = random.Random(seed)
-    return [[rng.randrange(vocab_size) for _ in range(length)] for _ in range(count)]
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -234,18 +232,18 @@ def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
     return dt
 
 
-def _time_ttft(runner: Runner, s: Shapes, seed: int) -> float:
-    return 1e3 * _timed(runner, draw_prompts(seed, 1, s.prompt, runner.vocab_size), 1)
+def _time_ttft(runner: Runner, s: Shapes, seed: int, lengths: list[int]) -> float:
+    return 1e3 * _timed(runner, draw_prompts(seed, 1, lengths[:1], runner.vocab_size), 1)
 
 
-def _time_prefill(runner: Runner, s: Shapes, seed: int) -> float:
-    return s.prompt / _timed(runner, draw_prompts(seed, 1, s.prompt, runner.vocab_size), 1)
+def _time_prefill(runner: Runner, s: Shapes, seed: int, lengths: list[int]) -> float:
+    return lengths[0] / _timed(runner, draw_prompts(seed, 1, lengths[:1], runner.vocab_size), 1)
 
 
-def _time_decode(runner: Runner, s: Shapes, seed: int) -> float:
-    p, n, v = s.prompt, s.output, runner.vocab_size
+def _time_decode(runner: Runner, s: Shapes, seed: int, lengths: list[int]) -> float:
+    n, v = s.output, runner.vocab_size
     for attempt in range(3):  # a noisy machine can invert one pair; three inverted pairs is the engine
-        first, full = draw_prompts(seed + 7919 * attempt, 2, p, v)
+        first, full = draw_prompts(seed + 7919 * attempt, 2, lengths[:1] * 2, v)  # equal lengths: equal prefills
         t1 = _timed(runner, [first], 1)
         tn = _timed(runner, [full], n)
         if tn > t1:
@@ -253,26 +251,33 @@ def _time_decode(runner: Runner, s: Shapes, seed: int) -> float:
     raise BenchError(f"{runner.name}: {n} tokens took {tn:.4f}s, not more than 1 token ({t1:.4f}s), three times")
 
 
-def _time_conc(runner: Runner, s: Shapes, seed: int) -> float:
-    return s.streams * s.output / _timed(runner, draw_prompts(seed, s.streams, s.prompt, runner.vocab_size), s.output)
+def _time_conc(runner: Runner, s: Shapes, seed: int, lengths: list[int]) -> float:
+    return s.streams * s.output / _timed(runner, draw_prompts(seed, s.streams, lengths, runner.vocab_size), s.output)
 
 
-#: timing name -> one sample of it on a runner at a shape, in the workload's unit
-TIMERS: dict[str, Callable[[Runner, Shapes, int], float]] = {
+#: timing name -> one sample of it on a runner at a shape, from a prompt seed and the sample's S prompt lengths, in
+#: the workload's unit
+TIMERS: dict[str, Callable[[Runner, Shapes, int, list[int]], float]] = {
     "ttft": _time_ttft, "prefill": _time_prefill, "decode": _time_decode, "conc": _time_conc,
 }
 
 
-def measure(workload: Workload, runner: Runner, shapes: Shapes, seed: int) -> float:
+def measure(workload: Workload, runner: Runner, shapes: Shapes, seed: int, *, jitter: float = 0.0,
+            length_seed: int | None = None) -> float:
     """One sample of ``workload`` on ``runner`` at its own shape for the scale of ``shapes`` (``Workload.at``),
     in the workload's unit: ms for the ttft timings, prompt tok/s for prefill, output tok/s for the others.
+
+    ``jitter``: prompt lengths drawn in P ± ``length_spread(P, jitter)`` from ``length_seed`` (default ``seed``), one
+    per stream (``workload_draws.draw_lengths``; the gate's bench, so that no fixed shape is timed); 0: exactly P.
 
     Raises:
         BenchError: the runner returned the wrong number or length of outputs, or
             ``decode-bs1`` measured t_N <= t_1 in three attempts (a broken or cheating engine).
-        ValueError: ``shapes`` names no scale of this workload (``Workload.at``).
+        ValueError: ``shapes`` names no scale of this workload (``Workload.at``), or ``jitter`` is outside [0, 0.5].
     """
-    return TIMERS[workload.timing](runner, workload.at(shapes), seed)
+    s = workload.at(shapes)
+    lengths = draw_lengths(seed if length_seed is None else length_seed, s.prompt, s.streams, jitter)
+    return TIMERS[workload.timing](runner, s, seed, lengths)
 
 
 class WorkerRunner:

@@ -201,8 +201,9 @@ def test_parity_covers_every_prompt_length_the_bench_times():
     from harness.gate_stages import parity_lengths
     from harness.prompts import CPU_LENGTHS, GPU_LENGTHS
 
-    def args(gpu, scale, workloads, stages=("static", "parity", "bench"), lengths=None):
-        return GateArgs(Path("e"), Path("c"), None, gpu, stages, 1, 3, scale, workloads, Path("g.json"), parity_lengths=lengths)
+    def args(gpu, scale, workloads, stages=("static", "parity", "bench"), lengths=None, jitter=0.0):
+        return GateArgs(Path("e"), Path("c"), None, gpu, stages, 1, 3, scale, workloads, Path("g.json"), parity_lengths=lengths,
+                        length_jitter=jitter)
 
     assert parity_lengths(args("h200", "full", ("ttft", "decode-bs1", "conc32"))) == GPU_LENGTHS  # 256: in the set
     assert parity_lengths(args("h200", "full", ("ttft", "prefill-16k", "ttft-8k"))) == (*GPU_LENGTHS, 16000, 8192)
@@ -211,6 +212,36 @@ def test_parity_covers_every_prompt_length_the_bench_times():
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k", "ttft-8k"))) == (*CPU_LENGTHS, 96)  # ttft-8k: 64, in the set
     assert parity_lengths(args("cpu", "cpu", ("ttft", "decode-bs1", "conc32"))) == (*CPU_LENGTHS, 16)
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
+    # the gate's bench draws its lengths around P (harness.workload_draws): parity draws one from the same range,
+    # once per nominal P, even where P itself is in the set
+    got = parity_lengths(args("cpu", "cpu", ("ttft", "decode-bs1", "conc32", "ttft-8k"), jitter=0.125))
+    assert got[:-2] == CPU_LENGTHS and [(n.lo, int(n)) for n in got[-2:]] == [(14, 18), (56, 72)]
+    got = parity_lengths(args("h200", "full", ("ttft", "conc32"), jitter=0.125))
+    assert got[:-1] == GPU_LENGTHS and (got[-1].lo, int(got[-1])) == (224, 288)
+    assert parity_lengths(GateArgs(Path("e"), Path("c"), None, "cpu", ("parity", "bench"), 1, 3, "cpu", ("ttft",),
+                                   Path("g.json")))[-1].lo == 14  # the gate's default jitter
+
+
+def test_bench_lengths_are_drawn_around_each_workloads_prompt_length():
+    """With jitter, a sample's prompt lengths vary around P (per stream for conc, one per round shared by ttft and
+    decode-bs1 so decode's floor compares equal prefills), the same for both engines of a round; without, exactly P."""
+    from harness.workload_draws import draw_lengths, draw_prompts, length_spread
+    from harness.workloads import WORKLOADS, capacity, CPU_SHAPES
+
+    assert draw_lengths(5, 16, 4, 0.0) == [16] * 4
+    many = [n for seed in range(200) for n in draw_lengths(seed, 16, 4, 0.125)]
+    assert set(many) == {14, 15, 16, 17, 18}
+    assert draw_lengths(9, 256, 32, 0.125) == draw_lengths(9, 256, 32, 0.125)
+    assert all(draw_lengths(s, 256, 1, 0.125)[0] == draw_lengths(s, 256, 32, 0.125)[0] for s in range(20))
+    assert len({tuple(draw_lengths(s, 256, 1, 0.125)) for s in range(20)}) > 5
+    assert [len(p) for p in draw_prompts(3, 3, [5, 7, 9], 100)] == [5, 7, 9]
+    assert draw_prompts(3, 2, [8, 8], 100) == draw_prompts(3, 2, 8, 100)
+    with pytest.raises(ValueError, match="3 prompts need 3 lengths"):
+        draw_prompts(3, 3, [5, 7], 100)
+    with pytest.raises(ValueError, match="outside"):
+        length_spread(16, 0.7)
+    w = [WORKLOADS["conc32"]]
+    assert capacity(w, CPU_SHAPES, 0.125).max_seq_len == capacity(w, CPU_SHAPES).max_seq_len + 2
 
 
 class _LoadSeen(Exception):
@@ -265,7 +296,8 @@ def test_the_gate_loads_at_least_what_serve_loads_by_default():
     ("cpu", "cpu", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench"), (1, 17), (64, 4096)),
     ("cpu", "cpu", ("conc128", "prefill-16k"), ("parity", "bench"), (1, 17), (64, 4096)),
     ("h200", "full", ("ttft", "decode-bs1", "conc32"), ("static", "parity", "bench", "profile"), None, (64, 4096)),
-    ("h200", "full", ("conc128", "ttft-8k"), ("parity", "bench", "profile"), None, (129, 8225)),
+    # ttft-8k's prompts are drawn in 8192 +- 1024, and so is a parity prompt: 9216 + 32 decode steps + 1
+    ("h200", "full", ("conc128", "ttft-8k"), ("parity", "bench", "profile"), None, (129, 9249)),
 ])
 def test_every_stage_loads_the_engine_with_one_capacity(gpu, scale, workloads, stages, lengths, want, tiny_checkpoint,
                                                         tmp_path, monkeypatch):
