@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness import stats
 from harness.bench_outputs import OutputCheck, check_outputs
+from harness.bench_replay import ReplayCheck, check_replay
 from harness.nonce import prompt_seed
 from harness.worker import EngineError, Worker, WorkerLimits
 from harness.worker_procs import paused
@@ -51,6 +52,8 @@ class BenchConfig:
         gpu: the GPU profile for roofline figures.
         length_jitter: each sample's prompt lengths drawn in P ± ``floor(P * length_jitter)`` (``harness.workload_draws``;
             the gate's bench, so that a path keyed to one exact shape wins no round); 0: every prompt exactly P.
+        path_noise: the candidate's own path noise measured by parity (its largest decode consistency figure), which
+            bounds the replay check (``harness.bench_replay``); None: that check is skipped and says so.
         load_capacity: the ``engine.load`` capacity to ask for at least (the gate's, ``gate_stages.gate_capacity``: the
             same for every stage); each load asks for its union with the workloads' ``capacity``. None: theirs alone.
     """
@@ -67,6 +70,7 @@ class BenchConfig:
     isolation: str | None = None
     load_capacity: Capacity | None = None
     length_jitter: float = 0.0
+    path_noise: float | None = None
 
     @property
     def prompt_seed(self) -> int:
@@ -168,6 +172,7 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     dirs = {"candidate": candidate_dir, "baseline": baseline_dir}
     samples: dict[str, dict[str, list[float]]] = {}
     checks: list[OutputCheck] = []
+    replay = ReplayCheck()
     for names, first_round, n in sessions(config.rounds, baseline_dir is not None):
         runners: list[WorkerRunner] = []
         try:
@@ -181,6 +186,7 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
             by_name = {r.name: r for r in runners}
             if len(runners) == 2:
                 checks.append(check_outputs(by_name["candidate"], by_name["baseline"]))
+            replay = replay.merge(check_replay(by_name["candidate"], config.path_noise, config.prompt_seed * 31 + first_round))
         finally:
             for r in runners:
                 r.worker.close()
@@ -189,6 +195,7 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
                 samples.setdefault(name, {}).setdefault(w, []).extend(xs)
     res = summarize(samples, workloads, text, quant, config)
     res.data["output_check"] = merge_checks(checks).to_dict() if checks else None
+    res.data["replay_check"] = replay.to_dict()
     res.data["sessions"] = [{"order": list(names), "rounds": n} for names, _, n in sessions(config.rounds, baseline_dir is not None)]
     return res
 
@@ -225,6 +232,7 @@ class _Recorder:
     def __init__(self, runner: WorkerRunner) -> None:
         self.runner, self.calls = runner, []
         self.name, self.vocab_size, self.device, self.outputs = runner.name, runner.vocab_size, runner.device, runner.outputs
+        self.batches = runner.batches
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         t0 = time.perf_counter()

@@ -7,6 +7,8 @@ turned into verdict ``timeout``/``crashed`` by ``harness.gate``.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +28,8 @@ class StageContext:
     #: the one ``engine.load`` capacity of every engine worker of the gate (``gate_capacity``, computed once)
     capacity: Any
     #: workers carried between stages: ``reference`` (a ReferenceCache started at the gate's start, so its imports
-    #: overlap the static stage) and ``engine_worker`` (the static stage's worker, reused by parity once static is green)
+    #: overlap the static stage) and ``engine_worker`` (the static stage's worker, reused by parity once static is green);
+    #: and figures: ``path_noise`` (parity's largest decode consistency of a green run, for the bench's replay check)
     shared: dict = field(default_factory=dict)
 
 
@@ -138,6 +141,9 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
                      serving="quick" if a.parity_lengths or a.parity_steps else "full", **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
+    decode = [x for k, x in res.consistency.items() if k.startswith("decode") and math.isfinite(x)]
+    if res.ok and decode:  # the engine's own path noise, for the bench's replay check (harness.bench_replay)
+        ctx.shared["path_noise"] = max(decode)
     return _parity_outcome(res)
 
 
@@ -201,7 +207,7 @@ def stage_bench(ctx: StageContext) -> StageOutcome:
     a = ctx.args
     config = BenchConfig(list(a.workloads), a.rounds, a.seed, shapes_for(a.scale), a.device, get_gpu(a.gpu),
                          nonce=ctx.nonce, limits=ctx.limits, isolation=ctx.isolation, load_capacity=ctx.capacity,
-                         length_jitter=a.length_jitter)
+                         length_jitter=a.length_jitter, path_noise=ctx.shared.get("path_noise"))
     res = run_bench(a.engine, a.checkpoint, config, a.baseline)
     return StageOutcome("pass" if res.ok else "fail", None, {"objective": res.data.get("objective")}, res.data)
 
@@ -258,9 +264,11 @@ def start_shared(ctx_args: Any, limits: WorkerLimits, isolation: str, parity_non
 
 
 def close_shared(shared: dict) -> None:
-    """Stop whatever ``start_shared`` or a stage left in ``shared``."""
+    """Stop whatever ``start_shared`` or a stage left in ``shared`` (workers; figures such as ``path_noise`` need no
+    stopping)."""
     for item in list(shared.values()):
-        item.close()
+        if hasattr(item, "close"):
+            item.close()
     shared.clear()
 
 

@@ -187,6 +187,34 @@ def engine_margins(prompt: list[int], tokens: list[int]) -> dict:
     return {"top1": top.indices, "gap": top.values - rows.gather(1, idx).squeeze(1), "std": rows.std(-1)}
 
 
+def engine_replay(prompts: list[list[int]], outputs: list[list[int]]) -> dict:
+    """Teacher-force each prompt's own ``outputs`` (all of one length n) with every sequence in one batch, as the
+    ``generate`` call that produced them ran: prefill the prompts together, then decode ``outputs[i][j]`` of every
+    sequence at step j. Per output position, float64 [S, n] each: ``gap``, how far the given token lies below its
+    row's top-1 logit (>= 0; ids out of range are clamped, the judge range-checked them); ``top``, the row's max
+    |logit|; ``rms``, the row's root mean square."""
+    outs = [[int(t) for t in o] for o in outputs]
+    n = len(outs[0]) if outs else 0
+    if len(outs) != len(prompts) or any(len(o) != n for o in outs):
+        raise ValueError(f"replay needs one output of one length per prompt: {len(prompts)} prompts, "
+                         f"output lengths {[len(o) for o in outs][:8]}")
+    eng = _state["engine"]
+    res = eng.prefill([list(map(int, p)) for p in prompts], None)
+    slots = [int(s) for s in res.slots]
+    gap, top, rms = (torch.zeros(len(outs), n, dtype=torch.float64) for _ in range(3))
+    try:
+        rows = torch.cat([_rows(lg, [len(p) - 1]) for lg, p in zip(res.logits, prompts)]).double()  # [S, V]
+        for j in range(n):
+            idx = torch.tensor([o[j] for o in outs]).clamp(0, rows.shape[1] - 1).unsqueeze(1)
+            gap[:, j] = rows.max(-1).values - rows.gather(1, idx).squeeze(1)
+            top[:, j], rms[:, j] = rows.abs().amax(-1), rows.square().mean(-1).sqrt()
+            if j + 1 < n:
+                rows = _rows(eng.decode(slots, [o[j] for o in outs])).double()
+    finally:
+        eng.release(slots)
+    return {"gap": gap, "top": top, "rms": rms}
+
+
 def engine_script(prompts: list[list[int]], requests: list[dict], max_steps: int) -> dict:
     from harness.worker_script import run_script
 
@@ -196,7 +224,7 @@ def engine_script(prompts: list[list[int]], requests: list[dict], max_steps: int
 OPS = {"hello": hello, "static": static, "reference.load": reference_load, "reference.run": reference_run,
        "reference.hidden": reference_hidden, "reference.local": reference_local, "engine.load": engine_load, "engine.prefill": engine_prefill,
        "engine.decode": engine_decode, "engine.release": engine_release, "engine.generate": engine_generate,
-       "engine.margins": engine_margins, "engine.script": engine_script}
+       "engine.margins": engine_margins, "engine.script": engine_script, "engine.replay": engine_replay}
 
 
 def engine_profile(prompt: list[int], decode_prompts: list[list[int]], decode_tokens: list[int], warmup: int = 1) -> dict:

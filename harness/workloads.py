@@ -229,6 +229,9 @@ def _timed(runner: Runner, prompts: list[list[int]], max_tokens: int) -> float:
     if log is not None:  # for the A/B check that both engines computed the same thing (harness.bench_outputs)
         for prompt, o in zip(prompts, out):
             log[(tuple(prompt), max_tokens)] = list(o)
+    calls = getattr(runner, "batches", None)
+    if calls is not None:  # each call whole, for the replay check (harness.bench_replay)
+        calls.append(([list(p) for p in prompts], [list(o) for o in out]))
     return dt
 
 
@@ -286,12 +289,14 @@ class WorkerRunner:
 
     Attributes:
         outputs: ``(prompt, max_tokens) -> output ids`` of every timed call, for the A/B output check.
+        batches: every timed call's ``(prompts, outputs)``, for the replay check (``harness.bench_replay``).
     """
 
     def __init__(self, name: str, worker, vocab_size: int) -> None:
         self.name, self.worker, self.vocab_size = name, worker, vocab_size
         self.device = torch.device("cpu")  # the judge's side: the worker synchronises its own device
         self.outputs: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        self.batches: list[tuple[list[list[int]], list[list[int]]]] = []
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """One ``engine.generate`` call in the worker; the reply is plain ints."""

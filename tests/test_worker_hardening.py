@@ -339,3 +339,39 @@ def test_a_workers_copy_carries_the_bytes_and_none_of_the_metadata(tmp_path):
         assert got_a == got_b and len(got_a) == 6  # engine/, engine/ops/ and four files
         assert {m for _, m, _, _ in got_a} == {FILE_MODE, DIR_MODE} and {t for _, _, t, _ in got_a} == {COPY_TIME * 10**9}
         assert (wa.engine_dir / "engine" / "ops" / "a.py").read_text() == "# ops/a.py\n"
+
+
+def test_the_replay_check_holds_timed_tokens_to_the_engines_own_teacher_forced_rows(rendered, tiny_checkpoint):
+    """A timed call's tokens, replayed with the same batch in the engine's worker, are its own top-1s (the CPU engine
+    is batch-invariant: exactly, at path noise 0); one token moved off its row's top-1 is caught, and at a path
+    noise as large as the move it is excused (the bound scales with the engine's parity-measured noise)."""
+    from harness.bench_replay import check_replay, pick_calls
+    from harness.worker import Worker
+    from harness.workloads import BenchError, WorkerRunner, draw_prompts
+
+    with Worker("engine", engine_dir=rendered) as w:
+        w.call("engine.load", engine_dir=str(w.engine_dir), checkpoint=str(tiny_checkpoint("bf16")), device="cpu",
+               max_batch=4, max_seq_len=48)
+        runner = WorkerRunner("candidate", w, 1024)
+        prompts = draw_prompts(3, 4, [14, 16, 17, 18], 1024)
+        runner.batches = [(prompts, runner.generate(prompts, 6)), ([prompts[0]], runner.generate([prompts[0]], 1))]
+        check = check_replay(runner, 0.0, seed=1)
+        assert (check.calls, check.tokens, check.over, check.worst) == (2, 4 * 6 + 1, 0, 0.0)
+        # the third sequence's last token replaced by its row's runner-up
+        res = w.call("engine.prefill", prompts=[prompts[2] + runner.batches[0][1][2][:5]])
+        w.call("engine.release", slots=res["slots"])
+        row = res["logits"][0][-1].double()
+        runner_up = int(row.topk(2).indices[1])
+        moved = [list(o) for o in runner.batches[0][1]]
+        moved[2][5] = runner_up
+        runner.batches[0] = (prompts, moved)
+        with pytest.raises(BenchError, match=r"1 of 24 tokens.*sequence 2, token 5.*computes otherwise when benchmarked"):
+            check_replay(runner, 0.0, seed=1)
+        gap = float(row.max() - row[runner_up])
+        assert check_replay(runner, gap / (6 * float(row.square().mean().sqrt())) * 1.01, seed=1).over == 0
+        assert check_replay(runner, None, seed=1).skipped
+    # one call per (prompt count, output length) shape, drawn from the seed
+    calls = [([[1]] * s, [[2] * n] * s) for s, n in [(4, 6), (1, 1), (4, 6), (1, 6), (1, 1)]]
+    picks = {tuple(pick_calls(calls, seed)) for seed in range(30)}
+    assert all(len(p) == 3 for p in picks) and len(picks) > 1
+    assert all({(len(calls[i][0]), len(calls[i][1][0])) for i in p} == {(4, 6), (1, 1), (1, 6)} for p in picks)

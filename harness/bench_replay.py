@@ -1,0 +1,103 @@
+"""The replay check: the candidate's own timed outputs, teacher-forced by the candidate itself.
+
+``harness.bench_outputs`` holds the candidate's bench outputs to the baseline's rows with a margin wide enough for
+two engines' honest differences (0.5 std of the row), so a precision cut that the engine arms only inside the bench's
+``generate`` calls (its batch size, its lengths) and that moves the rows by less passes it. Parity's greedy rule
+against the engine's own rows (``parity_metrics.greedy_self_agreement``) sees such a cut only in the ``generate``
+calls parity makes, never at the bench's shapes.
+
+Here one timed call per distinct (streams, max_tokens) shape of each session, drawn from the secret seed after the
+rounds ran, is teacher-forced in the candidate's worker with the same prompts in one batch (``engine.replay``:
+prefill together, decode the call's own tokens): each token the call returned must be a top-1 of the replayed row,
+
+    max(row) - row[token] <= 2^-8 * max|row| + 2 * z * noise * rms(row)
+
+where ``noise`` is the engine's own path noise measured by parity (its largest decode consistency figure: teacher-
+forced decode rows against its own prefill of the same tokens, relative L2, so ``noise * rms(row)`` is the typical
+per-id difference between two of its paths) and z = ``REPLAY_Z``. An honest engine computes the same rows in the
+replay as in ``generate`` up to that noise; a cut armed in ``generate`` shows at every token it flipped.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+import torch
+
+from harness.tolerances import BF16_U
+from harness.workloads import BenchError
+
+#: ids per row may each move by this many of the engine's per-id path noise
+REPLAY_Z = 3.0
+
+
+@dataclass
+class ReplayCheck:
+    """Figures of the replay check (the bench JSON's ``replay_check``).
+
+    Attributes:
+        calls / tokens: timed calls replayed / output tokens checked. over: tokens over the bound.
+        worst: the largest gap / bound seen. noise: the path noise the bound used (None: not run).
+        skipped: why the check did not run, else None.
+    """
+
+    calls: int = 0
+    tokens: int = 0
+    over: int = 0
+    worst: float = 0.0
+    noise: float | None = None
+    skipped: str | None = None
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return asdict(self) | {"z": REPLAY_Z, "floor_rel": BF16_U}
+
+    def merge(self, other: "ReplayCheck") -> "ReplayCheck":
+        """The sum of two sessions' checks (``worst`` the larger)."""
+        return ReplayCheck(self.calls + other.calls, self.tokens + other.tokens, self.over + other.over,
+                           max(self.worst, other.worst), other.noise if other.noise is not None else self.noise,
+                           self.skipped or other.skipped)
+
+
+def pick_calls(batches: list[tuple[list[list[int]], list[list[int]]]], seed: int) -> list[int]:
+    """Indices into ``batches`` (each timed call's prompts and outputs, in order): one drawn per distinct
+    (prompt count, output length) shape, from ``seed``."""
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for i, (prompts, outs) in enumerate(batches):
+        by_shape.setdefault((len(prompts), len(outs[0]) if outs else 0), []).append(i)
+    rng = random.Random(seed)
+    return sorted(rng.choice(ix) for _, ix in sorted(by_shape.items()))
+
+
+def check_replay(runner, noise: float | None, seed: int) -> ReplayCheck:
+    """Replay the drawn calls of ``runner`` (a ``WorkerRunner`` whose ``batches`` logged its timed calls) in its worker.
+
+    Raises:
+        BenchError: a replayed token lies over the bound (the engine computes otherwise in the bench's ``generate``
+            than when the same batch is teacher-forced), or the worker's reply has the wrong shape.
+    """
+    if noise is None:
+        return ReplayCheck(skipped="no parity figure for the engine's path noise (run the parity stage before bench)")
+    check = ReplayCheck(noise=noise)
+    for i in pick_calls(runner.batches, seed):
+        prompts, outs = runner.batches[i]
+        m = runner.worker.call("engine.replay", prompts=[list(p) for p in prompts], outputs=[list(o) for o in outs])
+        gap, top, rms = (m[k].double() for k in ("gap", "top", "rms"))
+        if gap.shape != (len(outs), len(outs[0])) or top.shape != gap.shape or rms.shape != gap.shape:
+            raise BenchError(f"{runner.name}: replay of {len(outs)} x {len(outs[0])} tokens came back as {tuple(gap.shape)}")
+        bound = BF16_U * top + 2 * REPLAY_Z * noise * rms
+        ratio = torch.where(bound > 0, gap / bound, torch.where(gap == 0, 0.0, torch.inf))
+        bad = ~(ratio <= 1.0)  # NaN counts as over
+        check.calls += 1
+        check.tokens += gap.numel()
+        check.over += int(bad.sum())
+        check.worst = max(check.worst, float(ratio.nan_to_num(nan=torch.inf).max()) if ratio.numel() else 0.0)
+        if bad.any():
+            s, j = (int(x) for x in bad.nonzero()[0])
+            raise BenchError(
+                f"{runner.name}: {int(bad.sum())} of {gap.numel()} tokens of a timed generate call ({len(outs)} prompts x "
+                f"{len(outs[0])} tokens) are not top-1s of the engine's own rows when the same batch is teacher-forced "
+                f"(first: sequence {s}, token {j}, {float(ratio[s, j]):.3g}x the bound at path noise {noise:.3g}): the "
+                "engine computes otherwise when benchmarked than under prefill()/decode()")
+    return check
