@@ -35,12 +35,18 @@ from harness.worker import EngineError
 SHOWN = 6
 #: share of sampled pairs that may differ where the forward is not batch-invariant (a GPU)
 TWIN_SLACK = 0.2
+#: pairs that may differ where it is (the CPU): one, since a bf16 row still moves by an ulp when the scheduler mixes
+#: prefill and decode tokens in a step, and a draw landing at that row's CDF boundary then flips (the honest tiny bf16
+#: engine, prompt nonce 7, seed 1: one pair of 24 differed at its 8th token); a sampler that ignores the seed differs
+#: in nearly every pair
+TWIN_EXACT_SLACK = 1
 
 
 @dataclass
 class ServingConfig:
     """How parity runs the serving script: ``seed`` draws it (the parity prompt seed), ``eos`` the checkpoint's EOS
-    id (None: no EOS request), ``exact`` whether the forward is batch-invariant (the CPU: twins must agree), and the
+    id (None: no EOS request), ``exact`` whether the forward is batch-invariant (the CPU: at most ``TWIN_EXACT_SLACK`` pairs
+    of twins may differ), and the
     size of its sampled part: ``pairs`` pairs of ``tokens`` tokens each."""
 
     seed: int
@@ -214,6 +220,7 @@ def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, Scr
     bad: list[str] = []
     firsts = [r for r in script if r.kind == "sampled" and r.twin is not None and r.twin > r.rid]
     tested: list[ScriptRequest] = []
+    first_diff = None
     for r in firsts:
         a, b = outs.get(r.rid), outs.get(r.twin)
         if a is None or b is None:
@@ -223,12 +230,12 @@ def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, Scr
         if a.tokens != b.tokens:
             fig.twins_differ += 1
             tested.append(script[r.twin])
-            if cfg.exact:
-                bad.append(f"requests {r.rid} and {r.twin} (same prompt, settings and seed {r.seed}, other neighbours) sampled "
-                           f"{a.tokens} and {b.tokens}: a request's samples must depend on its seed only")
-    if not cfg.exact and fig.twins_differ > max(1, TWIN_SLACK * fig.pairs):
-        bad.append(f"{fig.twins_differ} of {fig.pairs} sampled pairs (same prompt, settings and seed) sampled different "
-                   "tokens: a request's samples must depend on its seed, not on its neighbours")
+            first_diff = first_diff or (f"requests {r.rid} and {r.twin} (seed {r.seed}) sampled {a.tokens} and {b.tokens}")
+    allowed = TWIN_EXACT_SLACK if cfg.exact else max(1, int(TWIN_SLACK * fig.pairs))
+    if fig.twins_differ > allowed:
+        bad.append(f"{fig.twins_differ} of {fig.pairs} sampled pairs (same prompt, settings and seed, other neighbours) "
+                   f"sampled different tokens, more than {allowed}: a request's samples must depend on its seed only "
+                   f"(first: {first_diff})")
     seqs = [(r, outs[r.rid]) for r in tested if len(outs[r.rid].tokens) == r.max_tokens]  # others failed their ends
     rows = _teacher_rows(engine, [(refs[r.ref].prompt, o.tokens) for r, o in seqs], len(refs))
     rng = random.Random(cfg.seed ^ 0x5A5A)
