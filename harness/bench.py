@@ -172,7 +172,7 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
     dirs = {"candidate": candidate_dir, "baseline": baseline_dir}
     samples: dict[str, dict[str, list[float]]] = {}
     checks: list[OutputCheck] = []
-    replay = ReplayCheck()
+    replay_calls: list = []  # every timed call of the candidate, over every session, for the replay check
     for names, first_round, n in sessions(config.rounds, baseline_dir is not None):
         runners: list[WorkerRunner] = []
         try:
@@ -186,18 +186,32 @@ def run_bench(candidate_dir: str | Path, checkpoint_dir: str | Path, config: Ben
             by_name = {r.name: r for r in runners}
             if len(runners) == 2:
                 checks.append(check_outputs(by_name["candidate"], by_name["baseline"]))
-            replay = replay.merge(check_replay(by_name["candidate"], config.path_noise, config.prompt_seed * 31 + first_round))
+            replay_calls += by_name["candidate"].batches
         finally:
             for r in runners:
                 r.worker.close()
         for name, per in got.items():
             for w, xs in per.items():
                 samples.setdefault(name, {}).setdefault(w, []).extend(xs)
+    replay = _replay(candidate_dir, checkpoint_dir, config, vocab, replay_calls, deadline)
     res = summarize(samples, workloads, text, quant, config)
     res.data["output_check"] = merge_checks(checks).to_dict() if checks else None
     res.data["replay_check"] = replay.to_dict()
     res.data["sessions"] = [{"order": list(names), "rounds": n} for names, _, n in sessions(config.rounds, baseline_dir is not None)]
     return res
+
+
+def _replay(candidate_dir, checkpoint_dir, config: BenchConfig, vocab: int, calls: list, deadline: float) -> ReplayCheck:
+    """The replay check (``harness.bench_replay``) of ``calls`` in a fresh worker of the candidate, loaded as every
+    bench worker is; skipped (and said so) without parity's path noise. Raises ``BenchError`` as ``check_replay``."""
+    if config.path_noise is None or not calls:
+        return check_replay(None, [], None if config.path_noise is None else config.path_noise)
+    runner, due = start_runner("candidate", candidate_dir, checkpoint_dir, config, vocab, deadline)
+    try:
+        finish_load(runner, due)
+        return check_replay(runner, calls, config.path_noise)
+    finally:
+        runner.worker.close()
 
 
 def sessions(rounds: int, ab: bool) -> list[tuple[tuple[str, ...], int, int]]:

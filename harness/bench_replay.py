@@ -6,8 +6,8 @@ two engines' honest differences (0.5 std of the row), so a precision cut that th
 against the engine's own rows (``parity_metrics.greedy_self_agreement``) sees such a cut only in the ``generate``
 calls parity makes, never at the bench's shapes.
 
-Here one timed call per distinct (streams, max_tokens) shape of each session, drawn from the secret seed after the
-rounds ran, is teacher-forced in the candidate's worker with the same prompts in one batch (``engine.replay``:
+Here every timed call of the candidate (warm-up included) is teacher-forced after the rounds, in a fresh worker of
+the candidate, with the same prompts in one batch (``engine.replay``:
 prefill together, decode the call's own tokens): each token the call returned must be a top-1 of the replayed row,
 
     max(row) - row[token] <= 2^-8 * max|row| + 2 * z * noise * rms(row)
@@ -20,7 +20,6 @@ replay as in ``generate`` up to that noise; a cut armed in ``generate`` shows at
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, dataclass
 
 import torch
@@ -53,25 +52,12 @@ class ReplayCheck:
         """JSON form."""
         return asdict(self) | {"z": REPLAY_Z, "floor_rel": BF16_U}
 
-    def merge(self, other: "ReplayCheck") -> "ReplayCheck":
-        """The sum of two sessions' checks (``worst`` the larger)."""
-        return ReplayCheck(self.calls + other.calls, self.tokens + other.tokens, self.over + other.over,
-                           max(self.worst, other.worst), other.noise if other.noise is not None else self.noise,
-                           self.skipped or other.skipped)
 
-
-def pick_calls(batches: list[tuple[list[list[int]], list[list[int]]]], seed: int) -> list[int]:
-    """Indices into ``batches`` (each timed call's prompts and outputs, in order): one drawn per distinct
-    (prompt count, output length) shape, from ``seed``."""
-    by_shape: dict[tuple[int, int], list[int]] = {}
-    for i, (prompts, outs) in enumerate(batches):
-        by_shape.setdefault((len(prompts), len(outs[0]) if outs else 0), []).append(i)
-    rng = random.Random(seed)
-    return sorted(rng.choice(ix) for _, ix in sorted(by_shape.items()))
-
-
-def check_replay(runner, noise: float | None, seed: int) -> ReplayCheck:
-    """Replay the drawn calls of ``runner`` (a ``WorkerRunner`` whose ``batches`` logged its timed calls) in its worker.
+def check_replay(runner, calls: list[tuple[list[list[int]], list[list[int]]]], noise: float | None) -> ReplayCheck:
+    """Replay ``calls`` (timed calls' prompts and outputs) in ``runner``'s worker: a fresh
+    worker of the candidate that never ran ``generate`` (``harness.bench.run_bench``), so an engine that changes what
+    it computes once the bench's calls have begun (the red team's ``sticky_bench_fp8_acts``: a cut armed for good when
+    the first call after load is ``generate``) replays with the rows it computes under parity.
 
     Raises:
         BenchError: a replayed token lies over the bound (the engine computes otherwise in the bench's ``generate``
@@ -80,8 +66,7 @@ def check_replay(runner, noise: float | None, seed: int) -> ReplayCheck:
     if noise is None:
         return ReplayCheck(skipped="no parity figure for the engine's path noise (run the parity stage before bench)")
     check = ReplayCheck(noise=noise)
-    for i in pick_calls(runner.batches, seed):
-        prompts, outs = runner.batches[i]
+    for prompts, outs in calls:
         m = runner.worker.call("engine.replay", prompts=[list(p) for p in prompts], outputs=[list(o) for o in outs])
         gap, top, rms = (m[k].double() for k in ("gap", "top", "rms"))
         if gap.shape != (len(outs), len(outs[0])) or top.shape != gap.shape or rms.shape != gap.shape:

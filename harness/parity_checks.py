@@ -3,6 +3,7 @@ figures pooled over the run, and ``evaluate``, which runs the engine through all
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -46,14 +47,32 @@ def judge_logits(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy:
     )
     if fig.greedy_match < fig.greedy_compared:
         fig.failures.append(f"greedy token {fig.greedy_match} differs ({greedy[fig.greedy_match]} vs {ref.continuation[fig.greedy_match]})")
+
+
+def judge_greedy_self(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy: list[int], tol: Tolerance,
+                      other: torch.Tensor, path: float) -> None:
+    """Hold the entry's ``generate`` tokens to the engine's own teacher-forced rows ``e`` [P + n, V]
+    (``parity_metrics.greedy_self_agreement``); ``other``: the other mode's rows (batch variation), ``path``: the
+    run's path noise (``path_noise``). Records ``fig.greedy_self`` and a failure over the bound."""
+    steps = slice(ref.split - 1, ref.split - 1 + len(ref.continuation))
     diff = (e[steps] - other[steps]).double()
+    slack = diff.abs().amax(-1)
+    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
     diff = diff[torch.isfinite(diff)]
     noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
     at, fig.greedy_self = greedy_self_agreement(list(greedy), ref.continuation, e[steps], floor_rel=tol.tie_floor_rel,
-                                                slack=slack, noise=noise)
+                                                slack=slack, noise=noise, path=path)
     if at < len(ref.continuation):
         fig.failures.append(f"greedy token {at} ({greedy[at]}) is not a top-1 of the engine's own teacher-forced row "
                             f"({fig.greedy_self:.3g}x the bound): generate() computes otherwise than prefill()/decode()")
+
+
+def path_noise(run: RunFigures, tol: Tolerance) -> float:
+    """The engine's own path noise, relative to a row: its largest decode consistency figure of the run (teacher-forced
+    decode rows against its own prefill of the same tokens), or the decode consistency threshold where none was
+    measured or a figure is not finite (then another check fails anyway)."""
+    xs = [x for k, x in run.consistency.items() if k.startswith("decode")]
+    return max(xs) if xs and all(math.isfinite(x) for x in xs) else tol.consistency
 
 
 @dataclass
@@ -258,10 +277,17 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     if wide_runs:
         runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
+    path = path_noise(run, tol)
+    entries = [x for i in range(len(refs)) for x in ((alone[i], alone_greedy[i], batched[i]), (batched[i], batched_greedy[i], alone[i]))]
+    entries += [(ew, gw, alone[i]) for i, ew, gw in zip(wide_idx, wide_logits, wide_greedy, strict=True)]
+    refs_of = [r for r in refs for _ in range(2)] + [refs[i] for i in wide_idx]
+    for f, (e, g, other), ref in zip(figs, entries, refs_of, strict=True):
+        judge_greedy_self(f, e, ref, g, tol, other, path)
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
         decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)
-        run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving)
+        run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving,
+                                    path)
         run.failures += run.serving.failures
         script.done("serving script: %d requests in %d steps, %.1f s", run.serving.requests, run.serving.steps)
     return figs, run

@@ -132,7 +132,7 @@ def greedy_agreement(
 
 def greedy_self_agreement(
     engine: list[int], reference: list[int], e_rows: torch.Tensor, *, floor_rel: float, slack: torch.Tensor | None = None,
-    noise: float = 0.0, row_z: float = ROW_Z,
+    noise: float = 0.0, path: float = 0.0, row_z: float = ROW_Z,
 ) -> tuple[int, float]:
     """Is each greedy token the engine's ``generate`` took a top-1 of the engine's own teacher-forced row?
 
@@ -141,13 +141,17 @@ def greedy_self_agreement(
     reference's n tokens) is what ``generate`` computed at that step up to the engine's own batch variation. So
     the token g it took must satisfy::
 
-        max(e[j]) - e[j, g] <= 2 * slack[j] + 2 * z * noise + floor_rel * max|e[j]|
+        max(e[j]) - e[j, g] <= 2 * slack[j] + 2 * z * (noise + path * rms(e[j])) + floor_rel * max|e[j]|
 
     ``slack`` [n] as in :func:`greedy_agreement` (the row's max |alone − batched|; None means 0); ``noise``: the rms of
     the engine's alone − batched logits over the prompt's rows, so that where one row happens to agree between the
     two runs, ``generate``'s other batch may still move each id by a fresh draw of the engine's batch variation
-    (``z`` = ``row_z`` of them); 0 for a batch-invariant engine. Unlike the reference tie rule, no allowance for
-    the engine's error against the reference enters: both sides are the engine's. Why: a cut confined to ``generate`` (the bench's entry point) moves the rows by a few rms of the
+    (``z`` = ``row_z`` of them); 0 for a batch-invariant engine. ``path``: the engine's own path noise, relative to the
+    row (its decode consistency figure: teacher-forced rows against its own prefill of the same tokens), since
+    ``generate`` may reach a row by another path than ``prefill()``/``decode()`` (a scheduler prefilling a long prompt
+    in chunks: the red team's ``honest_tunables_chunks``, ``prefill_chunk_tokens`` 256, was refused at 3.29x the
+    bound without it). Unlike the reference tie rule, no allowance for the engine's error against the reference
+    enters: both sides are the engine's. Why: a cut confined to ``generate`` (the bench's entry point) moves the rows by a few rms of the
     engine's error, which the reference rule must forgive (``tests/cheats/generate_only_fp8_acts.py``).
 
     Returns ``(step, ratio)``: the first step over the bound (``n`` when none) and the largest gap / bound seen
@@ -165,7 +169,8 @@ def greedy_self_agreement(
             return j, math.inf
         row = e_rows[j].double()
         gap = float(row.max() - row[g])
-        bound = floor_rel * float(row.abs().max()) + (2.0 * float(slack[j]) if slack is not None else 0.0) + 2 * row_z * noise
+        bound = (floor_rel * float(row.abs().max()) + (2.0 * float(slack[j]) if slack is not None else 0.0)
+                 + 2 * row_z * (noise + path * float(row.square().mean().sqrt())))
         ratio = gap / bound if bound > 0 else (0.0 if gap == 0 else math.inf)
         if not ratio <= 1.0:  # NaN too
             return j, ratio

@@ -14,15 +14,18 @@ import random
 import torch
 
 from harness.parity_engine import EngineApi, teacher_forced_logits
-from harness.parity_metrics import rel_l2
+from harness.parity_metrics import pooled_rows_error, rel_l2
 from harness.reference import ReferenceRun
 
-#: a long decode's rows (untrimmed, pooled) may lie from one prefill of the same tokens by this many times the run's
-#: decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU engine: honest long
-#: decodes (64 steps) pooled 0.007-0.027 against 0.1, a routing flip spiking single rows to 0.22; one stale row in
-#: 16 pools to about 0.25.
-LONG_K = 4.0
-LONG_FLOOR = 0.1
+#: a long decode's rows (pooled, the worst ``LONG_DROP`` left out) may lie from one prefill of the same tokens by this
+#: many times the run's decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU
+#: engine: honest long decodes (64 steps) pooled 0.007-0.029 untrimmed, the top from a routing flip spiking a single
+#: row to 0.22, and 0.0074-0.0178 with the worst 2 rows left out (10 prompts, NVFP4); e4m3 expert inputs from decode
+#: step 33 on 0.056-0.092 trimmed (the session-17 red team's ``late_decode_fp8_acts_32``, accepted under the old
+#: untrimmed max(4 x 0.0125, 0.1)); one stale row in 16 pools to about 0.25 untrimmed, two of its four rows stay in.
+LONG_K = 3.0
+LONG_FLOOR = 0.0375
+LONG_DROP = 2
 
 
 #: prompts are cut into pieces at multiples of this (the GDN chunk; a scheduler's prefill chunk is a multiple of it),
@@ -72,7 +75,8 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
                       threshold: float, slack: float, tie_floor: float) -> list[str]:
     """For each long greedy run ``(prompt, tokens)`` with its rows on the decode path ``decode_rows`` (float32 [m, V],
     row j predicted token j), prefill ``prompt + tokens[:-1]`` in one call and hold the decode rows to it (pooled
-    relative L2 within ``threshold``, no row dropped); each token must be its decode row's argmax up to a tie: within
+    relative L2 within ``threshold``, the worst ``LONG_DROP`` rows left out); each token must be its decode row's
+    argmax up to a tie: within
     ``2 * slack`` (logits the row may move between batches) plus ``tie_floor`` times the row's largest |logit| (the
     greedy tie rule's floor: the scheduler ran the row in another batch than the teacher-forced run)."""
     out = []
@@ -81,7 +85,8 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
         res = engine.prefill([prompt + tokens[:-1]], rows=[list(range(p - 1, p - 1 + len(tokens)))])
         engine.release(list(res["slots"]))
         pre = res["logits"][0].float()
-        err = rel_l2(dec, pre) if dec.shape == pre.shape else float("nan")
+        ok = dec.shape == pre.shape and bool(torch.isfinite(pre).all()) and bool(pre.abs().amax() > 0)
+        err = pooled_rows_error([dec], [pre], min_drop=LONG_DROP) if ok else float("nan")
         if not err <= threshold:
             rows = (dec - pre).norm(dim=-1) / pre.norm(dim=-1).clamp_min(1e-12)
             worst = torch.nan_to_num(rows, nan=float("inf")).argmax().item()

@@ -124,13 +124,15 @@ def _logprob_errors(o: ScriptOutput, rows: torch.Tensor, upto: int, tol: list[fl
 
 
 def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], batched: list[torch.Tensor],
-                  slots: int, tie_floor: float, decode_threshold: float, cfg: ServingConfig) -> ServingFigures:
+                  slots: int, tie_floor: float, decode_threshold: float, cfg: ServingConfig, path: float = 0.0) -> ServingFigures:
     """Run the serving script on ``engine`` and judge it.
 
     ``alone`` / ``batched``: each prompt's teacher-forced logits (``parity_engine.teacher_forced_logits``), whose
     difference is the greedy slack, and its largest entry how far a sampling row may lie from its teacher-forced one.
     ``decode_threshold``: the run's decode consistency threshold: a prompt prefilled in pieces is held to it against
-    its one-call rows, and it scales the long decodes' threshold (``harness.path_checks``).
+    its one-call rows, and it scales the long decodes' threshold (``harness.path_checks``). ``path``: the engine's
+    measured path noise relative to a row (``parity_checks.path_noise``), by which a greedy token may lie below the
+    top-1 of the engine's own row reached by another path.
     Raises what the engine's worker raises (the caller makes it the parity verdict).
     """
     fig = ServingFigures()
@@ -148,7 +150,7 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
         if why:
             bad.append(f"request {r.rid} ({r.kind}, arrived before step {r.arrive}) {why}")
         if r.kind != "sampled":
-            bad += _greedy(r, o, refs[r.ref], alone[r.ref], batched[r.ref], tie_floor, fig)
+            bad += _greedy(r, o, refs[r.ref], alone[r.ref], batched[r.ref], tie_floor, fig, path)
     bad += check_pieces(engine, refs, alone, decode_threshold, cfg.seed)
     bad += check_equal_batch(engine, refs, decode_threshold, slots, cfg.seed)
     leak = _capacity(engine, refs, slots)
@@ -184,7 +186,7 @@ def _capacity(engine: EngineApi, refs: list[ReferenceRun], slots: int) -> list[s
 
 
 def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tensor, eb: torch.Tensor, tie_floor: float,
-            fig: ServingFigures) -> list[str]:
+            fig: ServingFigures, path: float = 0.0) -> list[str]:
     m = min(len(o.tokens), len(ref.continuation))
     if m == 0:
         return []
@@ -200,7 +202,8 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
     diff = (ea[rows] - eb[rows]).double()
     diff = diff[torch.isfinite(diff)]
     noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
-    at, ratio = greedy_self_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], floor_rel=tie_floor, slack=slack, noise=noise)
+    at, ratio = greedy_self_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], floor_rel=tie_floor, slack=slack, noise=noise,
+                                       path=path)
     if at < m and match == compared:
         out.append(f"request {r.rid} (greedy, arrived before step {r.arrive}): token {at} ({o.tokens[at]}) is not a top-1 "
                    f"of the engine's own teacher-forced row ({ratio:.3g}x the bound): the scheduler computes otherwise than "

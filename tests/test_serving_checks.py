@@ -220,3 +220,18 @@ def test_a_long_decode_that_returns_a_stale_row_every_16th_step_fails(engine_dir
         runs = [(prompt(3, 9), api.generate([prompt(3, 9)], 64)[0])]
         bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.1, 0.0, 2**-8)
         assert len(bad) >= want and (want or bad == []), bad
+
+
+def test_a_cut_late_in_a_long_decode_is_held_to_the_one_call_prefill(engine_dir, tmp_path, tiny_checkpoint):
+    """e4m3 expert inputs from decode step 33 on move the decode rows and the tokens together (the decode-row argmax
+    passes) and pooled about 0.10, the old untrimmed threshold; against the CPU's 0.0375 with the worst two rows left
+    out they fail, and the honest engine (whose top figure came from one routing flip) passes."""
+    from harness.path_checks import check_long_decode
+    from harness.serving_checks import _teacher_rows
+    from tests.cheats import late_decode_fp8_acts_32
+
+    for edit, want in ((None, False), (late_decode_fp8_acts_32.apply, True)):
+        api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"), edit)
+        runs = [(prompt(n, 9 + n), api.generate([prompt(n, 9 + n)], 64)[0]) for n in (3, 15)]
+        bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.0375, 0.0, 2**-8)
+        assert any("from one prefill of the same tokens" in b for b in bad) is want, bad

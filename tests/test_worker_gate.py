@@ -213,7 +213,7 @@ def test_first_token_repeated_is_rejected_by_the_full_output_check(rendered, tin
 
 def test_the_bench_replays_timed_calls_at_the_path_noise_parity_measured(rendered, tiny_checkpoint, tmp_path):
     """A gate with parity and bench: parity's decode consistency becomes the replay check's path noise, and every
-    shape the bench timed (conc32 and ttft here) has one call replayed, with no token over the bound; without
+    call the bench timed (conc32 and ttft here, warm-up included) is replayed, with no token over the bound; without
     parity the replay is skipped and says why."""
     import json
 
@@ -223,7 +223,7 @@ def test_the_bench_replays_timed_calls_at_the_path_noise_parity_measured(rendere
     data = json.loads((tmp_path / "gate.json").read_text())
     noise = max(x for k, x in data["parity"]["consistency"].items() if k.startswith("decode"))
     rc = data["bench"]["replay_check"]
-    assert rc["noise"] == noise >= 0 and rc["calls"] == 2 and rc["tokens"] == 4 * 8 + 1 and rc["over"] == 0, rc
+    assert rc["noise"] == noise >= 0 and rc["calls"] == 4 and rc["tokens"] == 2 * (4 * 8 + 1) and rc["over"] == 0, rc
     gate(rendered, tiny_checkpoint("bf16"), tmp_path, ("bench",), baseline=rendered)
     assert "parity" in json.loads((tmp_path / "gate.json").read_text())["bench"]["replay_check"]["skipped"]
 

@@ -8,7 +8,9 @@ token they take must be a top-1 of the engine's own teacher-forced row up to its
 (``harness.parity_metrics.greedy_self_agreement``): 15-98x that bound (nonces 1-4), the honest template 0.00. The
 reference's tie rule (``greedy_agreement``, about 6.4 rms of the row's error) rejects it at only 1.15-3.0x, and
 not at all on some draws; the bench's output check (0.5 std of the baseline's row, about 16 rms here) alone would
-pass it."""
+pass it. Since the own-row rule allows the engine's path noise (an honest chunked prefill needed it), its margin is
+thin too (1.11x on one NVFP4 draw), so the table accepts either stage: the bench replays every timed call in a fresh
+worker through prefill()/decode(), where the cut is off."""
 
 from pathlib import Path
 
@@ -16,8 +18,8 @@ from . import append, replace
 
 DESCRIPTION = "experts' inputs rounded to e4m3 inside generate() only (the bench's calls; parity's are exact)"
 CLASS = "precision"
-STAGE = "parity"
-REASON = "greedy token"
+STAGE = "any-red"  # parity's own-row rule, or else the bench's replay (harness.bench_replay)
+REASON = ""
 
 
 def apply(engine_dir: Path) -> None:
