@@ -7,10 +7,12 @@ from . import append
 
 DESCRIPTION = "generate() drops half the MoE blocks for ignore_eos calls with bench-length prompts"
 CLASS = "bench"
-# any red stage: its generate() is wrong only for bench-shaped calls, which the bench's output check rejects;
-# a CI run (2026-12-02) saw parity reject it first, the honest teacher-forced decode of a 1-token prompt at
-# 0.178 against the 0.175 tolerance (see docs/PARITY.md: the decode tolerance sits close to honest engines)
-STAGE = "any-red"
+# not accepted: its detection wants every prompt at exactly the bench's length, and the gate's bench now draws lengths
+# in P +- P/8 (harness.workload_draws), so in some runs it never fires and the engine stays honest and not faster
+# (CI at 5e0e0e9); when it fires, the cut is permanent in that worker and the output check or the replay in a fresh
+# worker rejects it. A CI run (2026-12-02) saw parity reject it first, the honest teacher-forced decode of a 1-token
+# prompt at 0.178 against the 0.175 tolerance (docs/PARITY.md: the decode tolerance sits close to honest engines)
+STAGE = "not-accepted"
 REASON = ""
 OLD_GATE = "rejected (bench first-token check)"
 

@@ -15,8 +15,10 @@ from . import append, replace
 
 DESCRIPTION = "experts' inputs rounded to e4m3 inside generate() calls of exactly the bench's conc batch (4 / 32 prompts)"
 CLASS = "precision"
-STAGE = "bench"
-REASON = "not top-1s of the engine's own rows"
+# any red stage: the bench's replay is what sees the cut, but CI at 5e0e0e9 had parity stop this (cut-free there)
+# engine first, on an honest outlier of the equal-length batch check (0.0163 > 0.0125; docs/CONTRACTS.md)
+STAGE = "any-red"
+REASON = ""
 
 
 def apply(engine_dir: Path) -> None:
