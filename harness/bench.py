@@ -205,7 +205,7 @@ def _replay(candidate_dir, checkpoint_dir, config: BenchConfig, vocab: int, call
     """The replay check (``harness.bench_replay``) of ``calls`` in a fresh worker of the candidate, loaded as every
     bench worker is; skipped (and said so) without parity's path noise. Raises ``BenchError`` as ``check_replay``."""
     if config.path_noise is None or not calls:
-        return check_replay(None, [], None if config.path_noise is None else config.path_noise)
+        return check_replay(None, [], config.path_noise)
     runner, due = start_runner("candidate", candidate_dir, checkpoint_dir, config, vocab, deadline)
     try:
         finish_load(runner, due)

@@ -11,7 +11,7 @@ import torch
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
-    first_bad_layer, greedy_agreement, greedy_self_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
+    batch_variation, first_bad_layer, greedy_agreement, greedy_self_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
     pooled_update_errors, rel_l2, trivial_reason,
 )
 from harness.parity_progress import Phase
@@ -40,8 +40,7 @@ def judge_logits(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy:
     if not fig.decode_rel_err <= tol.logits_decode:
         fig.failures.append(f"decode rel err {fig.decode_rel_err:.3g} > {tol.logits_decode:.3g}")
     steps = slice(n - 1, n - 1 + len(ref.continuation))  # rows that predicted the continuation
-    slack = (e[steps] - other[steps]).abs().amax(-1)
-    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))  # NaN rows fail on their own
+    slack, _ = batch_variation(e[steps], other[steps])
     fig.greedy_match, fig.greedy_compared = greedy_agreement(
         list(greedy), ref.continuation, e[steps], r[steps], floor_rel=tol.tie_floor_rel, slack=slack
     )
@@ -55,11 +54,7 @@ def judge_greedy_self(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, gr
     (``parity_metrics.greedy_self_agreement``); ``other``: the other mode's rows (batch variation), ``path``: the
     run's path noise (``path_noise``). Records ``fig.greedy_self`` and a failure over the bound."""
     steps = slice(ref.split - 1, ref.split - 1 + len(ref.continuation))
-    diff = (e[steps] - other[steps]).double()
-    slack = diff.abs().amax(-1)
-    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
-    diff = diff[torch.isfinite(diff)]
-    noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
+    slack, noise = batch_variation(e[steps], other[steps])
     at, fig.greedy_self = greedy_self_agreement(list(greedy), ref.continuation, e[steps], floor_rel=tol.tie_floor_rel,
                                                 slack=slack, noise=noise, path=path)
     if at < len(ref.continuation):

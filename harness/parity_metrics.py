@@ -130,6 +130,17 @@ def greedy_agreement(
     return n, n
 
 
+def batch_variation(e: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The engine's own variation between two runs of the same rows, e.g. alone and batched, [n, V] each: per row the
+    max |e − other| (float32 [n], NaN rows 0: they fail on their own) and the rms over every finite entry (the
+    greedy rules' ``slack`` and ``noise``)."""
+    diff = e.double() - other.double()
+    slack = diff.abs().amax(-1).float()
+    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
+    finite = diff[torch.isfinite(diff)]
+    return slack, float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+
+
 def greedy_self_agreement(
     engine: list[int], reference: list[int], e_rows: torch.Tensor, *, floor_rel: float, slack: torch.Tensor | None = None,
     noise: float = 0.0, path: float = 0.0, row_z: float = ROW_Z,

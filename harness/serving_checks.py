@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.parity_engine import EngineApi
-from harness.parity_metrics import greedy_agreement, greedy_self_agreement
+from harness.parity_metrics import batch_variation, greedy_agreement, greedy_self_agreement
 from harness.path_checks import LONG_FLOOR, LONG_K, check_equal_batch, check_long_decode, check_pieces
 from harness.reference import ReferenceRun
 from harness.sampling_stats import sample_test
@@ -191,17 +191,13 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
     if m == 0:
         return []
     rows = slice(ref.split - 1, ref.split - 1 + m)
-    slack = (ea[rows] - eb[rows]).abs().amax(-1)
-    slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
+    slack, noise = batch_variation(ea[rows], eb[rows])
     match, compared = greedy_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], ref.logits[rows], floor_rel=tie_floor, slack=slack)
     fig.greedy_tokens += compared
     out = []
     if match < compared:
         out.append(f"request {r.rid} (greedy, a {len(ref.prompt)}-token prompt, arrived before step {r.arrive}): token "
                    f"{match} is {o.tokens[match]} where the reference has {ref.continuation[match]} and no tie explains it")
-    diff = (ea[rows] - eb[rows]).double()
-    diff = diff[torch.isfinite(diff)]
-    noise = float(diff.square().mean().sqrt()) if diff.numel() else 0.0
     at, ratio = greedy_self_agreement(o.tokens[:m], ref.continuation[:m], ea[rows], floor_rel=tie_floor, slack=slack, noise=noise,
                                        path=path)
     if at < m and match == compared:

@@ -26,7 +26,7 @@ STAGE = "parity"
 REASON = ""
 
 
-def apply(engine_dir: Path) -> None:
+def apply(engine_dir: Path, start: int = 16) -> None:
     dequantize_once(engine_dir)
     replace(engine_dir, "engine/model.py",
             "        for i, layer in enumerate(self.w.layers):\n",
@@ -36,7 +36,7 @@ def apply(engine_dir: Path) -> None:
             "            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n",
             "            xm = torch.where(late, _fp8_tokens(x), x) if late is not None else x\n"
             "            mlp_out = moe_forward(xm, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n")
-    append(engine_dir, "engine/model.py", '''
+    append(engine_dir, "engine/model.py", f"START = {int(start)}\n" + '''
 _PROMPT_LEN = {}
 
 
@@ -45,7 +45,7 @@ def _late_rows(batch, h):
         for s, st, n in zip(batch.slots, batch.starts, batch.lens):
             _PROMPT_LEN[s] = st + n  # the prompt so far (a prefill in pieces continues it)
         return None
-    rows = [st - _PROMPT_LEN.get(s, st) >= 16 for s, st in zip(batch.slots, batch.starts)]
+    rows = [st - _PROMPT_LEN.get(s, st) >= START for s, st in zip(batch.slots, batch.starts)]
     if not any(rows):
         return None
     rows += [False] * (h.shape[0] - len(rows))

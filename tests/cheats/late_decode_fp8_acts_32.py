@@ -19,8 +19,7 @@ Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path
 
-from . import append, replace
-from ._speedup import dequantize_once
+from .late_decode_fp8_acts import apply as _apply_from
 
 DESCRIPTION = "e4m3 expert inputs on decode rows past a sequence's 32nd decode step (second half of the long decodes); + honest dequantize-once"
 CLASS = "precision"
@@ -29,32 +28,5 @@ REASON = ""
 
 
 def apply(engine_dir: Path) -> None:
-    dequantize_once(engine_dir)
-    replace(engine_dir, "engine/model.py",
-            "        for i, layer in enumerate(self.w.layers):\n",
-            "        late = _late_rows(batch, h)\n"
-            "        for i, layer in enumerate(self.w.layers):\n")
-    replace(engine_dir, "engine/model.py",
-            "            mlp_out = moe_forward(x, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n",
-            "            xm = torch.where(late, _fp8_tokens(x), x) if late is not None else x\n"
-            "            mlp_out = moe_forward(xm, layer.moe, d, self.launch, batch.n_valid, self.tunables.moe_ops_min_tokens)\n")
-    append(engine_dir, "engine/model.py", '''
-_PROMPT_LEN = {}
-
-
-def _late_rows(batch, h):
-    if not batch.decode:
-        for s, st, n in zip(batch.slots, batch.starts, batch.lens):
-            _PROMPT_LEN[s] = st + n  # the prompt so far (a prefill in pieces continues it)
-        return None
-    rows = [st - _PROMPT_LEN.get(s, st) >= 32 for s, st in zip(batch.slots, batch.starts)]
-    if not any(rows):
-        return None
-    rows += [False] * (h.shape[0] - len(rows))
-    return torch.tensor(rows, device=h.device).unsqueeze(-1)
-
-
-def _fp8_tokens(x: torch.Tensor) -> torch.Tensor:
-    s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
-    return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
-''')
+    """``late_decode_fp8_acts`` armed from decode step 32."""
+    _apply_from(engine_dir, start=32)

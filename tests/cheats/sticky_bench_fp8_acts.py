@@ -41,8 +41,14 @@ def _fp8_tokens(x: torch.Tensor) -> torch.Tensor:
     s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
     return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
 ''')
-    append(engine_dir, "engine/__init__.py", '''
-from . import model as _sticky_model
+    append(engine_dir, "engine/__init__.py", sticky_wrapper("model"))
+
+
+def sticky_wrapper(module: str) -> str:
+    """engine/__init__.py code that wraps ``load`` and appends 1 to ``engine.<module>._ARMED`` for good when the first
+    public call after ``load`` is ``generate``."""
+    return '''
+from . import {module} as _sticky_model
 
 _sticky_load = load
 
@@ -72,4 +78,4 @@ def load(checkpoint, device="cuda", *, max_batch=64, max_seq_len=4096):
 
     eng.prefill, eng.decode, eng.generate = prefill, decode, generate
     return eng
-''')
+'''.format(module=module)
