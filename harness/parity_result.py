@@ -230,7 +230,8 @@ def format_table(result: ParityResult) -> str:
     if sv:
         lines.append(f"serving script: {sv['requests']} requests in {sv['steps']} scheduler steps, {sv['greedy_tokens']} greedy "
                      f"tokens against the reference, {sv['samples']} samples (z {sv['z']:.2f}, KS {sv['ks']:.3f} of "
-                     f"{sv['ks_max']:.3f}), sampled pairs differing {sv['twins_differ']}/{sv['pairs']}")
+                     f"{sv['ks_max']:.3f}), sampled pairs differing {sv['twins_differ']}/{sv['pairs']} "
+                     f"({sv.get('lockstep_pairs', 0)} in lockstep)")
     for f in result.update_failures:
         lines.append(f"FAIL: {f}")
     for f in result.advisories:

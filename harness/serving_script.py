@@ -38,7 +38,8 @@ class ScriptRequest:
         abort_after: ``abort`` is called right after the step that gave its ``abort_after``-th token (None = never):
             it holds a slot then, which the abort must free.
         twin: for a sampled request, the rid of the other request with the same prompt, settings and seed (it
-            arrives at another step among other neighbours, so it must sample the same tokens); else None.
+            arrives at another step among other neighbours, or at the same step), so it must sample the same tokens;
+            else None.
         max_tokens, temperature, top_p, top_k, seed, ignore_eos, stop_token_ids, logprobs: its ``SamplingParams``.
     """
 
@@ -105,7 +106,9 @@ def make_script(refs: list[ReferenceRun], slots: int, seed: int, *, sampled_pair
       slot), at least 3: two of them aborted while they run and one while still queued;
     - two long greedy requests (4n tokens) on short prompts;
     - ``sampled_pairs`` pairs of sampled requests on the short prompts (``SAMPLED_SETTINGS``, a drawn seed per pair,
-      ``sampled_tokens`` tokens, every other pair with 1-5 logprobs): the first of a pair arrives early, its twin late.
+      ``sampled_tokens`` tokens, every other pair with 1-5 logprobs): in even pairs the first arrives early and its
+      twin late, among other neighbours; in odd pairs both arrive at the same step (in lockstep, their rows are one
+      batch's rows of the same inputs).
     Arrivals are spread over the first ~2n steps, so requests join while others prefill and decode.
     """
     rng = random.Random(seed)
@@ -138,7 +141,7 @@ def make_script(refs: list[ReferenceRun], slots: int, seed: int, *, sampled_pair
         common = {"kind": "sampled", "ref": short[rng.randrange(len(short))], "max_tokens": sampled_tokens, "temperature": t,
                   "top_k": k, "top_p": top_p, "seed": rng.randrange(2**31), "logprobs": rng.randint(1, 5) if p % 2 else None}
         first = add(arrive=rng.randrange(n), **common)
-        second = add(arrive=n + rng.randrange(n), twin=first.rid, **common)
+        second = add(arrive=first.arrive if p % 2 else n + rng.randrange(n), twin=first.rid, **common)
         out[first.rid] = ScriptRequest(**{**asdict(first), "twin": second.rid})
     return out
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.sampling_stats import could_be_kept, filtered_log_probs, sample_test
-from harness.serving_checks import _ends
+from harness.serving_checks import ServingConfig, ServingFigures, _ends, _twins
 from harness.serving_script import SAMPLED_SETTINGS, ScriptOutput, ScriptRequest, make_script, max_steps
 from harness.worker_script import run_script
 from test_engine_support import prompt, render_tiny
@@ -93,6 +93,49 @@ def test_the_script_is_drawn_from_its_seed():
     assert max_steps(a, refs) > max(r.arrive for r in a) + sum(r.max_tokens for r in a)
 
 
+def _pairs(n: int) -> list[ScriptRequest]:
+    """``n`` sampled pairs: pair p is requests 2p and 2p + 1."""
+    out = []
+    for p in range(n):
+        common = {"kind": "sampled", "ref": 0, "max_tokens": 4, "temperature": 1.0, "seed": p}
+        out += [ScriptRequest(rid=2 * p, arrive=0, twin=2 * p + 1, **common), ScriptRequest(rid=2 * p + 1, arrive=5, twin=2 * p, **common)]
+    return out
+
+
+def _twin_rule(outs: dict[int, ScriptOutput], n: int, exact: bool) -> tuple[list[str], ServingFigures]:
+    bad: list[str] = []
+    fig = ServingFigures()
+    _twins(_pairs(n), outs, ServingConfig(seed=0, eos=None, exact=exact), fig, bad)
+    return bad, fig
+
+
+def _out(tokens, steps) -> ScriptOutput:
+    return ScriptOutput(list(tokens), "length", [], list(steps))
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_twins_in_lockstep_must_sample_alike_on_every_device(exact):
+    lock = lambda toks: _out(toks, [3, 4, 5, 6])  # noqa: E731: both twins' tokens at the same steps
+    same = {i: lock([1, 2, 3, 4]) for i in range(8)}
+    assert _twin_rule(same, 4, exact)[0] == []
+    two = {**same, 1: lock([1, 2, 9, 9]), 3: lock([7, 2, 3, 4])}  # two of four lockstep pairs differ
+    bad, fig = _twin_rule(two, 4, exact)
+    assert fig.lockstep_pairs == 4 and fig.twins_differ == 2 and len(bad) == 1 and "seed only" in bad[0]
+
+
+def test_twins_apart_on_a_gpu_may_differ_after_their_first_token_but_not_mostly_at_it():
+    outs = {}
+    for p in range(6):  # apart: the twin ran 20 steps later
+        outs[2 * p] = _out([1, 2, 3, 4], [3, 4, 5, 6])
+        outs[2 * p + 1] = _out([1, 2, 8, 9] if p < 4 else [1, 2, 3, 4], [23, 24, 25, 26])
+    bad, fig = _twin_rule(outs, 6, exact=False)
+    assert bad == [] and fig.twins_differ == 4 and fig.twins_differ_first == 0 and fig.lockstep_pairs == 0
+    assert _twin_rule(outs, 6, exact=True)[0]  # where the forward is batch-invariant, any second difference fails
+    seedless = {**outs, **{2 * p + 1: _out([50 + p, 2, 3, 4], [23, 24, 25, 26]) for p in range(4)}}
+    bad, fig = _twin_rule(seedless, 6, exact=False)
+    assert fig.twins_differ_first == 4 and len(bad) == 1 and "first token" in bad[0]
+
+
 def _req(**kw) -> ScriptRequest:
     return ScriptRequest(**{"rid": 0, "kind": "greedy", "ref": 0, "arrive": 0, "max_tokens": 5, **kw})
 
@@ -144,8 +187,9 @@ def test_the_tiny_engine_runs_the_script_and_frees_every_slot(engine_dir, tmp_pa
     assert set(outs) == {r.rid for r in script}
     assert all(_ends(r, outs[r.rid], 1000) is None for r in script), [(r, outs[r.rid]) for r in script if _ends(r, outs[r.rid], 1000)]
     assert eng.cache.free_slots == 4
-    pairs = [(outs[r.rid].tokens, outs[r.twin].tokens) for r in script if r.kind == "sampled" and r.twin > r.rid]
-    assert pairs and all(a == b and len(a) == 3 for a, b in pairs)
+    pairs = [(outs[r.rid], outs[r.twin]) for r in script if r.kind == "sampled" and r.twin > r.rid]
+    assert pairs and all(a.tokens == b.tokens and len(a.tokens) == 3 for a, b in pairs)
+    assert any(a.steps == b.steps for a, b in pairs)  # the odd pairs, arriving together, ran in lockstep
 
 
 def test_a_scheduler_that_never_frees_finished_slots_is_reported_stalled(engine_dir, tmp_path, tiny_checkpoint):
