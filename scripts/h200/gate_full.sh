@@ -7,7 +7,7 @@
 #   bash scripts/h200/gate_full.sh start > $OUT/call1.log 2>&1   # never piped: the gate outlives the call
 #   bash scripts/h200/gate_full.sh wait  > $OUT/call2.log 2>&1   # collect (up to CALL_LIMIT_S) while it runs
 #
-# PLEN (parity lengths; default a short set that keeps the 2,048-token chunk boundary and a 3-4k draw: the full GPU set
+# TINY=0 skips check_gate.sh (about 5 min). PLEN (parity lengths; default a short set that keeps the 2,048-token chunk boundary and a 3-4k draw: the full GPU set
 # takes about 13 min, docs/results/h200-2026-12-03-b), ROUNDS (3), CK, GEN. Leaves gate.json, gate.log, tiny_gate.*.
 set -uo pipefail
 START=$(date +%s)
@@ -24,9 +24,11 @@ if [ "$MODE" = start ]; then
   [ -f "$CK/model.safetensors.index.json" ] || python3 scripts/h200/full_run.py --steps checkpoint --ckpt "$CK" \
     --out "$RES" > "$RES/checkpoint.log" 2>&1 &
   ck=$!
-  OUT=$RES bash scripts/h200/check_gate.sh > "$RES/tiny_gate.log" 2>&1
-  cp "$RES/gate.json" "$RES/tiny_gate.json" 2>/dev/null; rm -f "$RES/gate.json" "$RES/gate.log"
-  echo "== tiny gate ($(( $(date +%s) - START )) s)"; tail -3 "$RES/tiny_gate.log"
+  if [ "${TINY:-1}" = 1 ]; then
+    OUT=$RES bash scripts/h200/check_gate.sh > "$RES/tiny_gate.log" 2>&1
+    cp "$RES/gate.json" "$RES/tiny_gate.json" 2>/dev/null; rm -f "$RES/gate.json" "$RES/gate.log"
+    echo "== tiny gate ($(( $(date +%s) - START )) s)"; tail -3 "$RES/tiny_gate.log"
+  fi
   wait $ck; tail -2 "$RES/checkpoint.log"
   python3 scripts/h200/full_run.py --steps render --gen "$GEN" --out "$RES" --graph-batch "${GRAPH_BATCH:-64}" > "$RES/render.log" 2>&1 \
     || { tail -5 "$RES/render.log"; exit 1; }
