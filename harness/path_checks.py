@@ -16,6 +16,7 @@ import torch
 from harness.parity_engine import EngineApi, teacher_forced_logits
 from harness.parity_metrics import pooled_rows_error, rel_l2
 from harness.reference import ReferenceRun
+from harness.tolerances import CONSISTENCY_DROP
 
 #: a long decode's rows (pooled, the worst ``LONG_DROP`` left out) may lie from one prefill of the same tokens by this
 #: many times the run's decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU
@@ -102,10 +103,17 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
     return out
 
 
-def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: float, slots: int, seed: int) -> list[str]:
+def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: float, slots: int, seed: int
+                      ) -> tuple[float, list[str]]:
     """Prefill ``min(slots, 8)`` fresh prompts of one length together (the bench's shape: every stream the same
-    length), decode ``n`` drawn tokens for each, and hold each sequence's rows to the same sequence run alone
-    (pooled relative L2 within ``threshold``). The length is the shortest parity prompt of 4 tokens or more.
+    length), decode ``n`` drawn tokens for each, and hold the sequences' rows to the same sequences run alone: relative
+    L2 pooled over all of them, each sequence's worst ``CONSISTENCY_DROP`` of rows left out, within ``threshold``. The
+    length is the shortest parity prompt of 4 tokens or more. Returns the figure (nan when no prompt has that length)
+    and the failure, if any.
+
+    Why pooled: one honest sequence alone errs up to 0.0163 on the CPU (a router tie resolved the other way keeps its
+    later rows off), above the 0.0125 the pooled figures are held to; a path that reads across sequences moves every
+    sequence but the first.
 
     Why: every other batched run mixes lengths, so a path taken only for equal-length batches (the red team's
     ``equal_length_conv_leak_1row``: the GDN conv reading the previous sequence's last tokens) was judged only by the
@@ -113,21 +121,22 @@ def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: fl
     rng = random.Random(seed ^ 0xE0A1)
     length = min((len(r.prompt) for r in refs if len(r.prompt) >= 4), default=0)
     if not length:
-        return []
+        return float("nan"), []
     vocab = refs[0].logits.shape[-1]
     n = len(refs[0].continuation)
     seqs = [_Forced([rng.randrange(vocab) for _ in range(length)], [rng.randrange(vocab) for _ in range(n)])
             for _ in range(max(2, min(slots, 8)))]
     together = teacher_forced_logits(engine, seqs)
-    out = []
-    for k, s in enumerate(seqs):
-        alone = teacher_forced_logits(engine, [s])[0]
-        err = rel_l2(together[k], alone) if together[k].shape == alone.shape else float("nan")
-        if not err <= threshold:
-            out.append(f"sequence {k} of {len(seqs)} fresh {length}-token prompts prefilled together differs from the same "
-                       f"sequence alone by {err:.3g} > {threshold:.3g}: its numbers depend on the equal-length batch around it")
-            break
-    return out
+    alone = [teacher_forced_logits(engine, [s])[0] for s in seqs]
+    shapes = [(t.shape, a.shape) for t, a in zip(together, alone, strict=True) if t.shape != a.shape]
+    err = (float("nan") if shapes else
+           pooled_rows_error(together, alone, drop=CONSISTENCY_DROP, per_pair=True))
+    if err <= threshold:
+        return err, []
+    worst = max(range(len(seqs)), key=lambda k: rel_l2(together[k], alone[k]) if not shapes else 0.0)
+    return err, [f"{len(seqs)} fresh {length}-token prompts prefilled together differ from the same sequences alone by "
+                 f"{err:.3g} > {threshold:.3g} (pooled; worst sequence {worst}"
+                 + (f", shapes {shapes[0]}" if shapes else "") + "): their numbers depend on the equal-length batch"]
 
 
 class _Forced:

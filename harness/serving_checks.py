@@ -68,6 +68,7 @@ class ServingFigures:
     Attributes:
         requests, steps: requests in the script and scheduler steps it took. greedy_tokens: greedy tokens compared with
         the reference. samples: sampled tokens tested; z, z_groups, ks, ks_max: ``sampling_stats.SampleTest``'s.
+        equal_batch: equal-length prompts together against alone (``path_checks.check_equal_batch``).
         twins_differ / pairs: sampled pairs whose two requests sampled differently, of all pairs; lockstep_pairs: of
         those pairs, the ones that ran in lockstep; twins_differ_first: pairs apart that differed at their first token.
         failures: every broken check, in words.
@@ -83,6 +84,7 @@ class ServingFigures:
     ks_max: float = math.nan
     twins_differ: int = 0
     pairs: int = 0
+    equal_batch: float = math.nan
     lockstep_pairs: int = 0
     twins_differ_first: int = 0
     failures: list[str] = field(default_factory=list)
@@ -160,7 +162,8 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
         if r.kind != "sampled":
             bad += _greedy(r, o, refs[r.ref], alone[r.ref], batched[r.ref], tie_floor, fig, path)
     bad += check_pieces(engine, refs, alone, decode_threshold, cfg.seed)
-    bad += check_equal_batch(engine, refs, decode_threshold, slots, cfg.seed)
+    fig.equal_batch, why = check_equal_batch(engine, refs, decode_threshold, slots, cfg.seed)
+    bad += why
     leak = _capacity(engine, refs, slots)
     if leak:  # the sampled rows need the engine's slots: judged on what is known
         return _done(fig, bad + leak)

@@ -43,6 +43,10 @@ def fractions(res) -> dict[str, float]:
         limit = (res.consistency_tolerances or {}).get(name)
         if value is not None and limit:
             out[f"consistency.{name}"] = value / limit
+    sv = res.serving or {}
+    eq, limit = sv.get("equal_batch"), (res.consistency_tolerances or {}).get("decode batched")
+    if eq is not None and limit and eq == eq:
+        out["serving.equal_batch"] = eq / limit
     return out
 
 
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--nonces", default="1-20", help="prompt nonces, 'A-B' inclusive")
     ap.add_argument("--json", type=Path, help="write every run's fractions here")
+    ap.add_argument("--gate", action="store_true", help="the CPU gate's parity instead: its lengths (bench lengths "
+                    "added), its engine capacity (so the wide batch runs) and its serving script; --lengths/--steps ignored")
     a = ap.parse_args(argv)
     lengths = tuple(int(x) for x in a.lengths.split(","))
     rows, worst = [], {}
@@ -63,7 +69,16 @@ def main(argv: list[str] | None = None) -> int:
         engine = render_tiny(Path(tmp), a.quant)
         ckpt = cached_checkpoint(ROOT, a.quant)
         for nonce in _nonces(a.nonces):
-            res = run_parity(engine, ckpt, seed=1, lengths=lengths, steps=a.steps, prompt_nonce=nonce)
+            if a.gate:
+                from harness.gate import parse_args
+                from harness.gate_stages import gate_capacity, parity_lengths
+
+                g = parse_args(["--engine", str(engine), "--checkpoint", str(ckpt), "--gpu", "cpu", "--json", "/dev/null",
+                                "--seed", str(nonce)])
+                res = run_parity(engine, ckpt, seed=nonce, lengths=parity_lengths(g), prompt_nonce=nonce,
+                                 load_capacity=gate_capacity(g))
+            else:
+                res = run_parity(engine, ckpt, seed=1, lengths=lengths, steps=a.steps, prompt_nonce=nonce)
             f = fractions(res)
             rows.append({"nonce": nonce, "verdict": res.verdict, "fractions": f, "failures": res.update_failures})
             for k, v in f.items():
