@@ -14,9 +14,9 @@ import random
 import torch
 
 from harness.parity_engine import EngineApi, teacher_forced_logits
-from harness.parity_metrics import pooled_rows_error, rel_l2
+from harness.parity_metrics import kept_rows, pooled_rows_error, rel_l2
 from harness.reference import ReferenceRun
-from harness.tolerances import CONSISTENCY_DROP
+from harness.tolerances import CONSISTENCY_DROP, CONSISTENCY_MIN_PROMPTS, CONSISTENCY_MIN_ROWS
 
 #: a long decode's rows (pooled, the worst ``LONG_DROP`` left out) may lie from one prefill of the same tokens by this
 #: many times the run's decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU
@@ -34,17 +34,29 @@ LONG_DROP = 2
 PIECE_ALIGN = 64
 
 
+def widened(threshold: float, rows: int, prompts: int) -> float:
+    """``threshold`` (a decode consistency threshold, for a figure of many rows and prompts) for a figure pooled over
+    ``rows`` kept rows of ``prompts`` prompts: times ``sqrt(max(1, CONSISTENCY_MIN_ROWS / rows, CONSISTENCY_MIN_PROMPTS
+    / prompts))``, the rule of ``Tolerance.consistency_for`` (rows of one prompt err together)."""
+    return threshold * max(1.0, CONSISTENCY_MIN_ROWS / max(rows, 1), CONSISTENCY_MIN_PROMPTS / max(prompts, 1)) ** 0.5
+
+
 def check_pieces(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], threshold: float,
                  seed: int) -> list[str]:
     """Prefill the two longest prompts in 2 and 3 pieces at multiples of ``PIECE_ALIGN`` drawn from ``seed``, decode
     their reference continuations, and hold the last prompt row and the decode rows to the same prompt's ``alone``
-    rows (relative L2 within ``threshold``: the run's decode consistency threshold). Returns failures in words.
+    rows: relative L2 pooled over both, each one's worst ``CONSISTENCY_DROP`` of rows left out, within ``threshold``
+    (the run's decode consistency threshold) ``widened`` for two prompts. Returns failures in words.
 
     Why aligned cuts: at any other cut the GDN's 64-token chunks fall elsewhere and an honest engine's rows move by up
-    to 0.04 (tiny NVFP4, CPU), while one that restarts the GDN state at a continuation moves them by 0.09 (bf16)."""
+    to 0.04 (tiny NVFP4, CPU), while one that restarts the GDN state at a continuation moves them by 0.09 (bf16).
+    Why widened: the tiny NVFP4 engine's rows at aligned cuts are not its one-call rows on the CPU (its layers round
+    otherwise at another token count: 0.0078 on the prompt rows of a 662-token prompt cut at 320), and one such
+    prompt's decode reached 0.0192 against the 0.0125 a figure of many prompts is held to (2026-12-05, nonce 5 of
+    ``scripts/parity_net_sweep.py --gate``)."""
     rng = random.Random(seed)
     order = sorted(range(len(refs)), key=lambda i: len(refs[i].prompt), reverse=True)
-    out = []
+    runs: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     for pieces, i in zip((2, 3), order):
         ref = refs[i]
         p = len(ref.prompt)
@@ -64,12 +76,18 @@ def check_pieces(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.
         finally:
             engine.release(slots)
         got, want = torch.cat(rows)[: len(ref.continuation)], alone[i][ref.split - 1 : ref.split - 1 + len(ref.continuation)]
-        err = rel_l2(got, want) if got.shape == want.shape else float("nan")
-        if not err <= threshold:
-            out.append(f"a {p}-token prompt prefilled in {pieces} pieces (cut at {cuts}) then decoded differs from its "
-                       f"one-call prefill by {err:.3g} > {threshold:.3g}: prefill(prompts, slots) must continue the "
-                       "sequence's state")
-    return out
+        runs.append((f"a {p}-token prompt prefilled in {pieces} pieces (cut at {cuts})", got, want))
+    if not runs:
+        return []
+    shapes = [what for what, got, want in runs if got.shape != want.shape]
+    err = float("nan") if shapes else pooled_rows_error([g for _, g, _ in runs], [w for *_, w in runs],
+                                                         drop=CONSISTENCY_DROP, per_pair=True)
+    limit = widened(threshold, sum(kept_rows(g.shape[0], CONSISTENCY_DROP) for _, g, _ in runs), len(runs))
+    if err <= limit:
+        return []
+    worst = shapes[0] if shapes else max(runs, key=lambda r: rel_l2(r[1], r[2]))[0]
+    return [f"prompts prefilled in pieces then decoded differ from their one-call prefill by {err:.3g} > {limit:.3g} "
+            f"(pooled over {len(runs)}; worst: {worst}): prefill(prompts, slots) must continue the sequence's state"]
 
 
 def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]], decode_rows: list[torch.Tensor],
@@ -131,6 +149,7 @@ def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: fl
     shapes = [(t.shape, a.shape) for t, a in zip(together, alone, strict=True) if t.shape != a.shape]
     err = (float("nan") if shapes else
            pooled_rows_error(together, alone, drop=CONSISTENCY_DROP, per_pair=True))
+    threshold = widened(threshold, sum(kept_rows(t.shape[0], CONSISTENCY_DROP) for t in together), len(seqs))
     if err <= threshold:
         return err, []
     worst = max(range(len(seqs)), key=lambda k: rel_l2(together[k], alone[k]) if not shapes else 0.0)
