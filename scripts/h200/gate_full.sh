@@ -7,7 +7,7 @@
 #   bash scripts/h200/gate_full.sh start > $OUT/call1.log 2>&1   # never piped: the gate outlives the call
 #   bash scripts/h200/gate_full.sh wait  > $OUT/call2.log 2>&1   # collect (up to CALL_LIMIT_S) while it runs
 #
-# TINY=0 skips check_gate.sh (about 5 min). PLEN (parity lengths; default a short set that keeps the 2,048-token chunk boundary and a 3-4k draw: the full GPU set
+# TINY=0 skips check_gate.sh (about 5 min); STAGES (static,parity,bench) the gate's stages. PLEN (parity lengths; default a short set that keeps the 2,048-token chunk boundary and a 3-4k draw: the full GPU set
 # takes about 13 min, docs/results/h200-2026-12-03-b), ROUNDS (3), CK, GEN. Leaves gate.json, gate.log, tiny_gate.*.
 set -uo pipefail
 START=$(date +%s)
@@ -34,7 +34,7 @@ if [ "$MODE" = start ]; then
     || { tail -5 "$RES/render.log"; exit 1; }
   echo "== full-size gate starts at $(( $(date +%s) - START )) s"
   setsid nohup python3 -m harness.gate --engine "$E" --baseline "$E" --checkpoint "$CK" --gpu h200 \
-    --stages static,parity,bench --parity-lengths "${PLEN:-1,17,65,257,1025,2049}" --rounds "${ROUNDS:-3}" \
+    --stages "${STAGES:-static,parity,bench}" --parity-lengths "${PLEN:-1,17,65,257,1025,2049}" --rounds "${ROUNDS:-3}" \
     --json "$RES/gate.json" > "$RES/gate.out" 2> "$RES/gate.log" < /dev/null &
   echo $! > /tmp/gatefull.pid
 fi
