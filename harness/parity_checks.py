@@ -187,13 +187,8 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, to
             if pairs:
                 run.consistency[f"{part} {mode}"] = pooled_rows_error([e for _, e, _ in pairs], [p for *_, p in pairs],
                                                                       drop=tol.consistency_drop, per_pair=True)
-                # the threshold counts each prompt once: the wide batch repeats the short prompts, and the copies of
-                # one prompt, rows of one batch on the same inputs, sit high or low together (one router tie flipped
-                # in all three copies of a CPU prompt made an honest 0.0168 look like twelve prompts' figure)
-                distinct = {id(h): e.shape[0] for h, e, _ in pairs}
-                rows = sum(kept_rows(n, tol.consistency_drop) for n in distinct.values())
-                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part),
-                                                                                         len(distinct))
+                rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for _, e, _ in pairs)
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), len(pairs))
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -285,10 +280,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
         judge_greedy_self(f, e, ref, g, tol, other, path)
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
-        # the alone and batched runs' thresholds: the wide batch's may be wider (few distinct prompts), and the script's
-        # path checks hold fresh prompts, not copies
-        decode = max((x for m, x in run.consistency_tolerances.items() if m in ("decode alone", "decode batched")),
-                     default=tol.consistency)
+        decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)
         run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving,
                                     path)
         run.failures += run.serving.failures

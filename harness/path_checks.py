@@ -9,14 +9,14 @@ Why (docs/PARITY.md, "Serving script"): parity's other runs prefill every prompt
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
 
 from harness.parity_engine import EngineApi, teacher_forced_logits
-from harness.parity_metrics import kept_rows, pooled_rows_error, rel_l2
+from harness.parity_metrics import pooled_rows_error, rel_l2
 from harness.reference import ReferenceRun
-from harness.tolerances import CONSISTENCY_DROP, CONSISTENCY_MIN_PROMPTS, CONSISTENCY_MIN_ROWS
 
 #: a long decode's rows (pooled, the worst ``LONG_DROP`` left out) may lie from one prefill of the same tokens by this
 #: many times the run's decode consistency threshold, and never less than ``LONG_FLOOR``. Calibrated on the tiny CPU
@@ -34,60 +34,67 @@ LONG_DROP = 2
 PIECE_ALIGN = 64
 
 
-def widened(threshold: float, rows: int, prompts: int) -> float:
-    """``threshold`` (a decode consistency threshold, for a figure of many rows and prompts) for a figure pooled over
-    ``rows`` kept rows of ``prompts`` prompts: times ``sqrt(max(1, CONSISTENCY_MIN_ROWS / rows, CONSISTENCY_MIN_PROMPTS
-    / prompts))``, the rule of ``Tolerance.consistency_for`` (rows of one prompt err together)."""
-    return threshold * max(1.0, CONSISTENCY_MIN_ROWS / max(rows, 1), CONSISTENCY_MIN_PROMPTS / max(prompts, 1)) ** 0.5
+#: of a check's independent runs (prompts in pieces, sequences of the equal-length batch), this many may exceed its
+#: threshold, up to ``OUTLIER_X`` times it: an honest engine's runs give its one-call (alone) numbers exactly in most
+#: draws on the CPU, but a rare rounding event moves one run's rows (to 0.0192 and 0.0163 against 0.0125, untrimmed),
+#: while a state or cache rounded on a path (GDN state in bf16, K/V in e4m3) moves every run that takes it by 0.016
+#: or more (the session-18 red team: tests/cheats/rt_*; figures in docs/CONTRACTS.md)
+OUTLIERS = 1
+OUTLIER_X = 2.0
+
+
+def _held(errs: list[float], threshold: float) -> bool:
+    """Whether runs erring ``errs`` pass: finite, at most ``OUTLIERS`` over ``threshold``, none over ``OUTLIER_X`` times it."""
+    return (all(math.isfinite(e) for e in errs) and sum(e > threshold for e in errs) <= OUTLIERS
+            and all(e <= OUTLIER_X * threshold for e in errs))
 
 
 def check_pieces(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.Tensor], threshold: float,
                  seed: int) -> list[str]:
-    """Prefill the two longest prompts in 2 and 3 pieces at multiples of ``PIECE_ALIGN`` drawn from ``seed``, decode
-    their reference continuations, and hold the last prompt row and the decode rows to the same prompt's ``alone``
-    rows: relative L2 pooled over both, each one's worst ``CONSISTENCY_DROP`` of rows left out, within ``threshold``
-    (the run's decode consistency threshold) ``widened`` for two prompts. Returns failures in words.
+    """Prefill each of the two longest prompts in 2 and in 3 pieces at multiples of ``PIECE_ALIGN`` drawn from ``seed``,
+    decode its reference continuation after each, and hold the last prompt row and the decode rows to the same
+    prompt's ``alone`` rows (relative L2; each prompt's worse run held by ``_held`` to ``threshold``, the run's decode
+    consistency threshold). Returns failures in words.
 
     Why aligned cuts: at any other cut the GDN's 64-token chunks fall elsewhere and an honest engine's rows move by up
-    to 0.04 (tiny NVFP4, CPU), while one that restarts the GDN state at a continuation moves them by 0.09 (bf16).
-    Why widened: the tiny NVFP4 engine's rows at aligned cuts are not its one-call rows on the CPU (its layers round
-    otherwise at another token count: 0.0078 on the prompt rows of a 662-token prompt cut at 320), and one such
-    prompt's decode reached 0.0192 against the 0.0125 a figure of many prompts is held to (2026-12-05, nonce 5 of
-    ``scripts/parity_net_sweep.py --gate``)."""
+    to 0.04 (tiny NVFP4, CPU), while one that restarts the GDN state at a continuation moves them by 0.09 (bf16)."""
     rng = random.Random(seed)
     order = sorted(range(len(refs)), key=lambda i: len(refs[i].prompt), reverse=True)
-    runs: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-    for pieces, i in zip((2, 3), order):
+    runs: list[tuple[str, float]] = []
+    worst_of: list[float] = []  # per prompt: its two runs share its rounding (a 662-token prompt gave 0.0192 in both)
+    for i in order[:2]:
         ref = refs[i]
         p = len(ref.prompt)
         places = list(range(PIECE_ALIGN, p, PIECE_ALIGN))
-        if len(places) < pieces - 1:
-            continue
-        cuts = sorted(rng.sample(places, pieces - 1))
-        bounds = [0, *cuts, p]
-        slots = None
-        for a, b in zip(bounds, bounds[1:]):
-            res = engine.prefill([ref.prompt[a:b]], rows=[[b - a - 1]], slots=slots)
-            slots = list(res["slots"])
-        rows = [res["logits"][0].float()[-1:]]
-        try:
-            for t in ref.continuation:
-                rows.append(engine.decode(slots, [t]).float())
-        finally:
-            engine.release(slots)
-        got, want = torch.cat(rows)[: len(ref.continuation)], alone[i][ref.split - 1 : ref.split - 1 + len(ref.continuation)]
-        runs.append((f"a {p}-token prompt prefilled in {pieces} pieces (cut at {cuts})", got, want))
-    if not runs:
+        prompt_runs: list[float] = []
+        for pieces in (2, 3):
+            if len(places) < pieces - 1:
+                continue
+            cuts = sorted(rng.sample(places, pieces - 1))
+            bounds = [0, *cuts, p]
+            slots = None
+            for a, b in zip(bounds, bounds[1:]):
+                res = engine.prefill([ref.prompt[a:b]], rows=[[b - a - 1]], slots=slots)
+                slots = list(res["slots"])
+            rows = [res["logits"][0].float()[-1:]]
+            try:
+                for t in ref.continuation:
+                    rows.append(engine.decode(slots, [t]).float())
+            finally:
+                engine.release(slots)
+            got = torch.cat(rows)[: len(ref.continuation)]
+            want = alone[i][ref.split - 1 : ref.split - 1 + len(ref.continuation)]
+            runs.append((f"a {p}-token prompt in {pieces} pieces (cut at {cuts})",
+                         rel_l2(got, want) if got.shape == want.shape else float("nan")))
+            prompt_runs.append(runs[-1][1])
+        if prompt_runs:
+            worst_of.append(max(prompt_runs, key=lambda e: e if math.isfinite(e) else math.inf))
+    if _held(worst_of, threshold):
         return []
-    shapes = [what for what, got, want in runs if got.shape != want.shape]
-    err = float("nan") if shapes else pooled_rows_error([g for _, g, _ in runs], [w for *_, w in runs],
-                                                         drop=CONSISTENCY_DROP, per_pair=True)
-    limit = widened(threshold, sum(kept_rows(g.shape[0], CONSISTENCY_DROP) for _, g, _ in runs), len(runs))
-    if err <= limit:
-        return []
-    worst = shapes[0] if shapes else max(runs, key=lambda r: rel_l2(r[1], r[2]))[0]
-    return [f"prompts prefilled in pieces then decoded differ from their one-call prefill by {err:.3g} > {limit:.3g} "
-            f"(pooled over {len(runs)}; worst: {worst}): prefill(prompts, slots) must continue the sequence's state"]
+    worst = max(runs, key=lambda r: r[1] if math.isfinite(r[1]) else math.inf)
+    return ["prompts prefilled in pieces then decoded differ from their one-call prefill: "
+            + ", ".join(f"{e:.3g}" for _, e in runs) + f" against {threshold:.3g} (at most {OUTLIERS} prompt over it, up "
+            f"to {OUTLIER_X:g}x; worst: {worst[0]}): prefill(prompts, slots) must continue the sequence's state"]
 
 
 def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]], decode_rows: list[torch.Tensor],
@@ -124,18 +131,15 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
 def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: float, slots: int, seed: int
                       ) -> tuple[float, list[str]]:
     """Prefill ``min(slots, 8)`` fresh prompts of one length together (the bench's shape: every stream the same
-    length), decode ``n`` drawn tokens for each, and hold the sequences' rows to the same sequences run alone: relative
-    L2 pooled over all of them, each sequence's worst ``CONSISTENCY_DROP`` of rows left out, within ``threshold``. The
-    length is the shortest parity prompt of 4 tokens or more. Returns the figure (nan when no prompt has that length)
-    and the failure, if any.
-
-    Why pooled: one honest sequence alone errs up to 0.0163 on the CPU (a router tie resolved the other way keeps its
-    later rows off), above the 0.0125 the pooled figures are held to; a path that reads across sequences moves every
-    sequence but the first.
+    length), decode ``n`` drawn tokens for each, and hold each sequence's rows to the same sequence run alone
+    (relative L2 per sequence, held by ``_held`` to ``threshold``). The length is the shortest parity prompt of 4
+    tokens or more. Returns the worst sequence's figure (nan when no prompt has that length) and the failure, if any.
 
     Why: every other batched run mixes lengths, so a path taken only for equal-length batches (the red team's
     ``equal_length_conv_leak_1row``: the GDN conv reading the previous sequence's last tokens) was judged only by the
-    bench's output check, which it passed at 3 implausible tokens of 192."""
+    bench's output check, which it passed at 3 implausible tokens of 192. Why per sequence: the honest tiny NVFP4
+    engine's sequences together are its sequences alone, exactly, in 11 of 12 draws on the CPU, and a cut on every
+    other sequence (``rt_equal_batch_half_state_bf16``: 0.018-0.095 on each) hid in a figure pooled over the batch."""
     rng = random.Random(seed ^ 0xE0A1)
     length = min((len(r.prompt) for r in refs if len(r.prompt) >= 4), default=0)
     if not length:
@@ -145,17 +149,16 @@ def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: fl
     seqs = [_Forced([rng.randrange(vocab) for _ in range(length)], [rng.randrange(vocab) for _ in range(n)])
             for _ in range(max(2, min(slots, 8)))]
     together = teacher_forced_logits(engine, seqs)
-    alone = [teacher_forced_logits(engine, [s])[0] for s in seqs]
-    shapes = [(t.shape, a.shape) for t, a in zip(together, alone, strict=True) if t.shape != a.shape]
-    err = (float("nan") if shapes else
-           pooled_rows_error(together, alone, drop=CONSISTENCY_DROP, per_pair=True))
-    threshold = widened(threshold, sum(kept_rows(t.shape[0], CONSISTENCY_DROP) for t in together), len(seqs))
-    if err <= threshold:
-        return err, []
-    worst = max(range(len(seqs)), key=lambda k: rel_l2(together[k], alone[k]) if not shapes else 0.0)
-    return err, [f"{len(seqs)} fresh {length}-token prompts prefilled together differ from the same sequences alone by "
-                 f"{err:.3g} > {threshold:.3g} (pooled; worst sequence {worst}"
-                 + (f", shapes {shapes[0]}" if shapes else "") + "): their numbers depend on the equal-length batch"]
+    errs = []
+    for k, s in enumerate(seqs):
+        alone = teacher_forced_logits(engine, [s])[0]
+        errs.append(rel_l2(together[k], alone) if together[k].shape == alone.shape else float("nan"))
+    worst = max(errs, key=lambda e: e if math.isfinite(e) else math.inf)
+    if _held(errs, threshold):
+        return worst, []
+    return worst, [f"{len(seqs)} fresh {length}-token prompts prefilled together differ from the same sequences alone by "
+                   + ", ".join(f"{e:.3g}" for e in errs) + f" against {threshold:.3g} (at most {OUTLIERS} over it, up to "
+                   f"{OUTLIER_X:g}x): their numbers depend on the equal-length batch around them"]
 
 
 class _Forced:

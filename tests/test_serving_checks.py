@@ -251,7 +251,7 @@ def test_pieces_at_aligned_cuts_equal_one_call_and_a_forgetful_continuation_fail
     assert check_pieces(api, refs, _forced(api, refs), 1e-6, seed=3) == []  # exact on the CPU
     api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"), continued_prefill_forgets.apply)
     bad = check_pieces(api, refs, _forced(api, refs), 0.0125, seed=3)
-    assert len(bad) == 1 and "must continue the sequence's state" in bad[0] and "pooled over 2" in bad[0], bad
+    assert len(bad) == 1 and "must continue the sequence's state" in bad[0], bad
 
 
 def test_a_long_decode_that_returns_a_stale_row_every_16th_step_fails(engine_dir, tmp_path, tiny_checkpoint):
@@ -279,3 +279,13 @@ def test_a_cut_late_in_a_long_decode_is_held_to_the_one_call_prefill(engine_dir,
         runs = [(prompt(n, 9 + n), api.generate([prompt(n, 9 + n)], 64)[0]) for n in (3, 15)]
         bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.0375, 0.0, 2**-8)
         assert any("from one prefill of the same tokens" in b for b in bad) is want, bad
+
+
+def test_independent_runs_may_hold_one_rounding_outlier_but_not_a_cut_on_several():
+    from harness.path_checks import _held
+
+    assert _held([0.0, 0.0, 0.0016, 0.0], 0.0125)
+    assert _held([0.0, 0.0192, 0.0, 0.0], 0.0125)  # one honest rounding event (CPU, 2026-12-05)
+    assert not _held([0.0, 0.0178, 0.0, 0.0203], 0.0125)  # a cut on every other sequence
+    assert not _held([0.0, 0.03, 0.0, 0.0], 0.0125)  # one run past twice the threshold
+    assert not _held([0.0, float("nan")], 0.0125)

@@ -1,0 +1,30 @@
+"""Red team (pieces loosening): K/V written by a continued prefill (a later chunk of a chunked prompt) are rounded to
+e4m3 (per token and head scale): "chunked prefill of long prompts writes an fp8 cache". Fresh prefills and decode
+are exact. Only check_pieces continues a prefill on the CPU (pooled over 2 prompts, worst rows out, threshold x2).
+
+Carried on the honest dequantize-once speed-up (``_speedup``)."""
+
+from pathlib import Path
+
+from . import append, replace
+from ._speedup import dequantize_once
+
+DESCRIPTION = "K/V written by continued prefills rounded to e4m3; + honest dequantize-once"
+CLASS = "precision"
+STAGE = "parity"
+REASON = ""
+
+
+def apply(engine_dir: Path) -> None:
+    dequantize_once(engine_dir)
+    replace(engine_dir, "engine/attention.py",
+            "    scale = hd**-0.5\n",
+            "    if not batch.decode and any(batch.starts):\n"
+            "        kc[kv_blocks, kv_rows] = _e4m3(kc[kv_blocks, kv_rows])\n"
+            "        vc[kv_blocks, kv_rows] = _e4m3(vc[kv_blocks, kv_rows])\n"
+            "    scale = hd**-0.5\n")
+    append(engine_dir, "engine/attention.py", '''
+def _e4m3(x: torch.Tensor) -> torch.Tensor:
+    s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
+    return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
+''')
