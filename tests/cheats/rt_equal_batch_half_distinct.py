@@ -6,6 +6,8 @@ prefill. check_equal_batch pools 8 such sequences (4 cut, 4 exact), each one's w
 ``rt_equal_batch_state_bf16`` (7 of 8 cut, any B >= 2) pooled 0.0128 > 0.0125 and tripped the serving logprobs
 through its twin pairs (B = 2), which B >= 3 leaves exact.
 
+Accepted at 2.5-2.8x by the gate of f42d5e8 (2026-12-05), whose loosened checks 57149fc undid (docs/CONTRACTS.md).
+
 Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path

@@ -2,6 +2,8 @@
 e4m3 (per token and head scale): "chunked prefill of long prompts writes an fp8 cache". Fresh prefills and decode
 are exact. Only check_pieces continues a prefill on the CPU (pooled over 2 prompts, worst rows out, threshold x2).
 
+Accepted at 2.5-2.8x by the gate of f42d5e8 (2026-12-05), whose loosened checks 57149fc undid (docs/CONTRACTS.md).
+
 Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path

@@ -2,6 +2,8 @@
 sequence's GDN recurrent and conv state up through bf16 ("the state between chunks is parked in bf16 to halve its
 memory"). Only check_pieces continues a prefill on the CPU.
 
+Accepted at 2.5-2.8x by the gate of f42d5e8 (2026-12-05), whose loosened checks 57149fc undid (docs/CONTRACTS.md).
+
 Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path

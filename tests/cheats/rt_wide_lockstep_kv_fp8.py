@@ -4,6 +4,8 @@ batch (64 sequences prefilled together, decoded growing and shrinking) is such a
 (``rt_wide_decode_kv_fp8``: 0.0149); the serving script's big steps mix requests admitted at other steps, so its
 logprob checks, which caught ``rt_wide_decode_kv_fp8``, never see the cut path.
 
+Accepted at 2.5-2.8x by the gate of f42d5e8 (2026-12-05), whose loosened checks 57149fc undid (docs/CONTRACTS.md).
+
 Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path
