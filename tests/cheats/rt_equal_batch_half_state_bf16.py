@@ -19,10 +19,12 @@ STAGE = "parity"
 REASON = ""
 
 
-def apply(engine_dir: Path) -> None:
+def apply(engine_dir: Path, condition: str = "") -> None:
+    """``condition``: more Python appended to the cut's test (``rt_equal_batch_half_distinct``)."""
     dequantize_once(engine_dir)
     replace(engine_dir, "engine/gdn.py", "    # z [T, nv*dv]",
-            "    if not batch.decode and len(batch.lens) > 2 and len(set(batch.lens)) == 1 and not any(batch.starts):\n"
+            "    if not batch.decode and len(batch.lens) > 2 and len(set(batch.lens)) == 1 and not any(batch.starts)"
+            + condition + ":\n"
             "        for s in batch.slots[1::2]:\n"
             "            ssm[s] = ssm[s].to(torch.bfloat16).float()\n"
             "    # z [T, nv*dv]")
