@@ -41,6 +41,8 @@ __all__ = ["EngineDirError", "ParityResult", "ReferenceCache", "default_referenc
 
 #: mixed into the prompt seed to draw the serving script (its draws differ from the prompts')
 SERVING_SALT = 0x5E4F1CE
+#: Salt of the wide batch's fresh prompts (``harness.parity_wide``): drawn from the prompt seed, apart from the others.
+WIDE_SALT = 0x51DEBA7
 
 
 class EngineDirError(MetainferError):
@@ -196,7 +198,8 @@ def run_parity(
             script = None if serving == "off" else ServingConfig(
                 prompt_seed(seed, nonce) ^ SERVING_SALT, _eos(checkpoint_dir), exact=device == "cpu",
                 pairs=6 if serving == "quick" else 24 if device == "cpu" else 16, tokens=4 if serving == "quick" else 8)
-            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol, wide=cap.max_batch, serving=script)
+            figs, run = evaluate(EngineApi(worker), reference, prompts, refs, tol, wide=cap.max_batch, serving=script,
+                                 wide_seed=prompt_seed(seed, nonce) ^ WIDE_SALT)
             checks.done("engine runs and checks of %d prompts: %.1f s", len(prompts))
         except WorkerFailure as err:
             error, verdict = str(err), err.verdict

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits, wide_indices
+from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
     batch_variation, first_bad_layer, greedy_agreement, greedy_self_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
@@ -16,6 +16,7 @@ from harness.parity_metrics import (
 )
 from harness.parity_progress import Phase
 from harness.parity_result import PromptFigures, RunFigures
+from harness.parity_wide import ForcedRun, own_prefill_logits, wide_batch
 from harness.prompts import Prompt
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache
@@ -155,14 +156,15 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
     return out
 
 
-def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, torch.Tensor]]], steps: int,
+def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor, torch.Tensor]]], steps: int,
                tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
     the layer-local update and final-norm logits, and consistency: the teacher-forced logits of each mode's runs
-    (``runs``: mode -> each sequence's teacher-forced logits with its prompt's hidden-state run; ``alone``,
-    ``batched`` and, when it ran, ``wide``), their prompt rows and their decode rows apart, against the logits of the
-    engine's own hidden-state prefill of the same tokens, whose hidden states the layer-local figures checked (each
-    prompt's worst rows left out apart: a cut in one long prompt's decode stays in). ``refs``: the reference runs,
+    (``runs``: mode -> (the engine's own prefill logits of the sequence's prompt + continuation in one call, its
+    teacher-forced logits), both [S + n, V]; ``alone``, ``batched`` and, when it ran, ``wide``), their prompt rows and
+    their decode rows apart (each sequence's worst rows left out apart: a cut in one long prompt's decode stays in).
+    The own prefill is the hidden-state prefill the layer-local figures checked, or for a fresh wide sequence its
+    prefill alone (``parity_wide.own_prefill_logits``). ``refs``: the reference runs,
     whose HF consistency (``reference_consistency``) anchors the consistency thresholds on a GPU."""
     if not hidden:
         return RunFigures()
@@ -181,13 +183,13 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[HiddenRun, to
         reference_consistency=own,
     )
     for mode, seqs in runs.items():
-        same = [(h, e, h.logits) for h, e in seqs if e.shape == h.logits.shape]
+        same = [(e, p) for p, e in seqs if e.shape == p.shape]
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
-            pairs = [(h, e[cut], p[cut]) for h, e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if pairs:
-                run.consistency[f"{part} {mode}"] = pooled_rows_error([e for _, e, _ in pairs], [p for *_, p in pairs],
+                run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
                                                                       drop=tol.consistency_drop, per_pair=True)
-                rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for _, e, _ in pairs)
+                rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs)
                 run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), len(pairs))
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
@@ -221,6 +223,26 @@ def note_batch_dependence(fig: PromptFigures, greedy: list[int], alone_greedy: l
                              f"sequences' lengths and count)")
 
 
+def judge_fresh(fresh: list[ForcedRun], own: list[torch.Tensor], wide: list[torch.Tensor], greedy: list[list[int]],
+                batch: int, tol: Tolerance, path: float) -> list[str]:
+    """The run-level failures of the wide batch's fresh sequences (``harness.parity_wide``), the first of each kind:
+    teacher-forced rows of another shape than their own prefill's (no consistency figure could be taken) and a
+    ``generate`` token that is not a top-1 of the sequence's own teacher-forced rows (``judge_greedy_self``; the
+    continuation is judge-drawn, so the check reaches the first token the greedy run shares with it)."""
+    out = []
+    for j, (r, p, e, g) in enumerate(zip(fresh, own, wide, greedy, strict=True)):
+        name = f"wide{batch} fresh sequence {j} ({len(r.prompt)}-token prompt)"
+        if e.shape != p.shape:
+            out.append(f"{name}: teacher-forced logits of shape {tuple(e.shape)}, its prefill's {tuple(p.shape)}")
+            break
+        fig = PromptFigures(name, f"wide{batch}", len(r.prompt))
+        judge_greedy_self(fig, e, r, g, tol, p, path)
+        if fig.failures:
+            out.append(f"{name}: {fig.failures[0]}")
+            break
+    return out
+
+
 def judge_batch(fig: PromptFigures, e: torch.Tensor, alone: torch.Tensor, tol: Tolerance) -> None:
     """Batch invariance: a run of several sequences against the same prompt's ``alone`` logits (same shape)."""
     fig.batch_rel_err = rel_l2(e, alone) if torch.isfinite(alone).all() and alone.shape == e.shape else float("nan")
@@ -229,22 +251,25 @@ def judge_batch(fig: PromptFigures, e: torch.Tensor, alone: torch.Tensor, tol: T
 
 
 def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt], refs: list[ReferenceRun],
-             tol: Tolerance, wide: int = 0, serving: ServingConfig | None = None) -> tuple[list[PromptFigures], RunFigures]:
+             tol: Tolerance, wide: int = 0, serving: ServingConfig | None = None,
+             wide_seed: int = 0) -> tuple[list[PromptFigures], RunFigures]:
     """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``).
 
-    ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` the short prompts are run
-    once more as a batch of that many sequences (``parity_engine.wide_indices``), teacher-forced and greedy, each
-    entry (mode ``wide<B>``) judged as a batched one is. ``serving``: run the serving script last, when every other
+    ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` a batch of that many
+    sequences runs teacher-forced and greedy (``harness.parity_wide``, fresh prompts drawn from ``wide_seed``): the
+    short prompts in it are entries of mode ``wide<B>`` judged as a batched one is, the fresh ones feed the ``wide``
+    consistency figures and hold their greedy token to their own rows (run-level failures). ``serving``: run the serving script last, when every other
     check passed (``harness.serving_checks``; its failures are run-level failures), None to leave it out."""
     runs = Phase()
     alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
     alone_greedy = [greedy_tokens(engine, [r])[0] for r in refs]
     batched = teacher_forced_logits(engine, refs)
     batched_greedy = greedy_tokens(engine, refs)
-    wide_idx = wide_indices(refs, wide)
-    wide_refs = [refs[i] for i in wide_idx]
-    wide_logits = teacher_forced_logits(engine, wide_refs) if wide_refs else []
-    wide_greedy = greedy_tokens(engine, wide_refs) if wide_refs else []
+    wb = wide_batch(refs, wide, wide_seed)
+    wide_idx, k = wb.pool, len(wb.pool)
+    wide_logits = teacher_forced_logits(engine, wb.seqs(refs)) if len(wb) else []
+    wide_greedy = greedy_tokens(engine, wb.seqs(refs)) if len(wb) else []
+    fresh_own = own_prefill_logits(engine, wb.fresh)
     runs.done("engine: teacher-forced and greedy runs, alone, batched and wide, in %.1f s")
     checks = Phase()
     figs: list[PromptFigures] = []
@@ -261,23 +286,26 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
         judge_batch(fb, eb, ea, tol)
         figs += [fa, fb]
         checks.progress(len(figs) // 2, len(prompts), "hidden-state and layer-local checks: %d of %d prompts, %.0f s")
-    for i, ew, gw in zip(wide_idx, wide_logits, wide_greedy, strict=True):
-        fw = PromptFigures(prompts[i].name, f"wide{len(wide_idx)}", len(prompts[i].tokens))
+    for i, ew, gw in zip(wide_idx, wide_logits[:k], wide_greedy[:k], strict=True):
+        fw = PromptFigures(prompts[i].name, f"wide{len(wb)}", len(prompts[i].tokens))
         judge_logits(fw, ew, refs[i], gw, tol, alone[i])
         note_batch_dependence(fw, gw, alone_greedy[i])
         judge_batch(fw, ew, alone[i], tol)
         figs.append(fw)
-    runs = {"alone": [(h, alone[i]) for i, h in hidden_of.items()], "batched": [(h, batched[i]) for i, h in hidden_of.items()]}
-    wide_runs = [(hidden_of[i], ew) for i, ew in zip(wide_idx, wide_logits, strict=True) if i in hidden_of]
-    if wide_runs:
-        runs["wide"] = wide_runs
+    runs = {"alone": [(h.logits, alone[i]) for i, h in hidden_of.items()],
+            "batched": [(h.logits, batched[i]) for i, h in hidden_of.items()]}
+    fresh_runs = list(zip(fresh_own, wide_logits[k:], strict=True))
+    wide_runs = [(hidden_of[i].logits, ew) for i, ew in zip(wide_idx, wide_logits[:k], strict=True) if i in hidden_of]
+    if wide_runs or fresh_runs:
+        runs["wide"] = wide_runs + fresh_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
     path = path_noise(run, tol)
     entries = [x for i in range(len(refs)) for x in ((alone[i], alone_greedy[i], batched[i]), (batched[i], batched_greedy[i], alone[i]))]
-    entries += [(ew, gw, alone[i]) for i, ew, gw in zip(wide_idx, wide_logits, wide_greedy, strict=True)]
+    entries += [(ew, gw, alone[i]) for i, ew, gw in zip(wide_idx, wide_logits[:k], wide_greedy[:k], strict=True)]
     refs_of = [r for r in refs for _ in range(2)] + [refs[i] for i in wide_idx]
     for f, (e, g, other), ref in zip(figs, entries, refs_of, strict=True):
         judge_greedy_self(f, e, ref, g, tol, other, path)
+    run.failures += judge_fresh(wb.fresh, fresh_own, wide_logits[k:], wide_greedy[k:], len(wb), tol, path)
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
         decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)

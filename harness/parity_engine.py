@@ -3,10 +3,19 @@ greedy runs of a set of prompts (docs/PARITY.md)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
-from harness.reference import ReferenceRun
 from harness.worker import Worker
+
+
+class Forced(Protocol):
+    """A sequence to teacher-force: ``harness.reference.ReferenceRun`` or ``harness.parity_wide.ForcedRun``."""
+
+    prompt: list[int]
+    continuation: list[int]
+    rows: tuple[int, ...] | None
 
 
 class EngineApi:
@@ -51,26 +60,10 @@ def decode_schedule(batch: int, steps: int) -> list[list[tuple[int, int]]]:
     return [[(i, t - o) for i, o in enumerate(offsets) if o <= t < o + steps] for t in range(offsets[-1] + steps)]
 
 
-def wide_indices(refs: list[ReferenceRun], batch: int) -> list[int]:
-    """The prompts of the wide batch, as indices into ``refs``: the shortest third of them (at least one), cycled to
-    ``batch`` sequences; empty when ``batch`` is not above ``len(refs)`` (the batched run already reaches it).
-
-    Why: the batched runs decode at most N = ``len(refs)`` sequences at once (23 on the GPU set), while the gate
-    loads every engine for its largest stage (``harness.gate_stages.gate_capacity``: 33 slots at full size, for the
-    bench's conc32), so a decode path taken only above N (a CUDA-graph bucket of 24-32, a cut armed at batch > N) was
-    compared nowhere. The wide batch fills every slot load asked for; short prompts keep its logit rows few (at full
-    size a row is 1 MB), since the batch size, not the prompt, is what it tests."""
-    if batch <= len(refs):
-        return []
-    order = sorted(range(len(refs)), key=lambda i: len(refs[i].prompt))
-    pool = order[: max(1, len(order) // 3)]
-    return [pool[k % len(pool)] for k in range(batch)]
-
-
-def teacher_forced_logits(engine: EngineApi, seqs: list[ReferenceRun]) -> list[torch.Tensor]:
-    """Prefill the prompts together, then decode the reference's tokens in the order of :func:`decode_schedule`
+def teacher_forced_logits(engine: EngineApi, seqs: list[Forced]) -> list[torch.Tensor]:
+    """Prefill the prompts together, then decode the continuation's tokens in the order of :func:`decode_schedule`
     (the batch growing and shrinking through every size up to ``len(seqs)``): float32 [S_i + n, V] per sequence
-    (the prompt rows the reference kept, ``ReferenceRun.split``, then the n decode rows)."""
+    (the prompt rows kept, ``rows``, all when None, then the n decode rows)."""
     res = engine.prefill([s.prompt for s in seqs], rows=[list(s.rows) if s.rows is not None else None for s in seqs])
     rows = [[lg.float()] for lg in res["logits"]]
     if len(rows) != len(seqs):
@@ -88,8 +81,8 @@ def teacher_forced_logits(engine: EngineApi, seqs: list[ReferenceRun]) -> list[t
     return [torch.cat(r) for r in rows]
 
 
-def greedy_tokens(engine: EngineApi, seqs: list[ReferenceRun]) -> list[list[int]]:
-    """The engine's own greedy continuation of the prompts together, as many tokens as the reference's."""
+def greedy_tokens(engine: EngineApi, seqs: list[Forced]) -> list[list[int]]:
+    """The engine's own greedy continuation of the prompts together, as many tokens as the continuations hold."""
     out = engine.generate([s.prompt for s in seqs], len(seqs[0].continuation))
     if len(out) != len(seqs):
         raise ValueError(f"generate for {len(seqs)} prompts returned {len(out)} outputs")

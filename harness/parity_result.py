@@ -16,7 +16,7 @@ class PromptFigures:
 
     Attributes:
         prompt: prompt name (``len0064``); mode: ``alone`` (batch of one), ``batched`` (all prompts together) or
-            ``wide<B>`` (one of B sequences of the short prompts, B the engine's slots: ``parity_engine.wide_indices``).
+            ``wide<B>`` (a short prompt in a batch of B sequences, B the engine's slots: ``harness.parity_wide``).
         length: prompt tokens P; decode steps follow it.
         prompt_rel_err: relative L2 of the engine's prefill logits [P, V] against the reference's.
         decode_rel_err: relative L2 of the teacher-forced decode logits [n, V].

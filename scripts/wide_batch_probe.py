@@ -1,4 +1,4 @@
-"""The wide decode batch of parity (``harness.parity_engine.wide_indices``), measured on the tiny bf16 CPU target.
+"""The wide decode batch of parity (``harness.parity_wide``), measured on the tiny bf16 CPU target.
 
 An e4m3 cut of the experts' inputs armed only in decode steps of more than 6 sequences, against parity on six
 prompts (1, 3, 17, 64, 65, 129 tokens, 8 steps): the alone and batched runs decode at most 6 sequences, so only the

@@ -637,20 +637,29 @@ def test_quick_parity_passes_in_process(rendered, tiny_checkpoint):
     assert [p.name for p in res.prompts] == ["len0002/alone", "len0002/batched", "len0064/alone", "len0064/batched"]
 
 
-def test_wide_indices_fill_the_slots_with_the_shortest_third():
-    from harness.parity_engine import wide_indices
-    from harness.parity_engine import wide_indices
+def test_wide_batch_holds_the_shortest_third_once_and_fills_the_rest_with_fresh_prompts():
+    from harness.parity_wide import FRESH_PROMPT_ROWS, wide_batch
     from harness.reference import ReferenceRun
-    refs = [ReferenceRun(prompt=[5] * n, continuation=[1, 2], logits=torch.zeros(1)) for n in (9, 1, 30, 4, 2, 7)]
-    assert wide_indices(refs, 6) == [] and wide_indices(refs, 3) == []  # the batched run reaches it already
-    assert wide_indices(refs, 7) == [1, 4, 1, 4, 1, 4, 1]  # lengths 1 and 2: the shortest third of six prompts
-    assert wide_indices(refs[:2], 3) == [1, 1, 1]
+    refs = [ReferenceRun(prompt=[5] * n, continuation=[1, 2, 3], logits=torch.zeros(1, 50)) for n in (90, 1, 30, 4, 2, 7)]
+    assert len(wide_batch(refs, 6, 1)) == 0 and len(wide_batch(refs, 3, 1)) == 0  # the batched run reaches it already
+    wb = wide_batch(refs, 20, 7)
+    assert wb.pool == [1, 4] and len(wb) == 20 and len(wb.fresh) == 18  # lengths 1 and 2: the shortest third of six
+    assert wb.seqs(refs)[:2] == [refs[1], refs[4]]
+    assert all(1 <= len(r.prompt) <= 16 and len(r.continuation) == 3 for r in wb.fresh)  # [1, max(16, 2)]
+    assert all(0 <= t < 50 for r in wb.fresh for t in r.prompt + r.continuation)  # the reference's vocabulary
+    assert all(r.rows == tuple(range(max(0, len(r.prompt) - FRESH_PROMPT_ROWS), len(r.prompt))) for r in wb.fresh)
+    assert len({tuple(r.prompt) for r in wb.fresh}) == 18  # distinct: the point of them
+    assert wide_batch(refs, 20, 7) == wb and wide_batch(refs, 20, 8) != wb  # the seed decides, nothing else
+    assert len(wide_batch(refs[:2], 3, 1).pool) == 1  # at least one pool prompt
+    short = [ReferenceRun(prompt=[5] * n, continuation=[1], logits=torch.zeros(1, 50)) for n in (3, 2)]
+    assert all(len(r.prompt) <= 3 for r in wide_batch(short, 9, 1).fresh)  # never longer than the longest prompt
 
 
 def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_checkpoint, tmp_path):
     """An engine loaded for more slots than parity has prompts (at full size 33 for the bench's conc32, against 23
-    prompts) runs the short prompts once more as a batch filling every slot. A cut armed only in decode steps of more
-    than N = 3 sequences passes the alone and batched runs and fails the wide one."""
+    prompts) runs a batch filling every slot: the shortest third of the prompts once each and fresh prompts drawn in the
+    judge. A cut armed only in decode steps of more than N = 3 sequences passes the alone and batched runs and fails
+    the wide one."""
     from harness.parity import run_parity
     from harness.workloads import Capacity
 
@@ -662,13 +671,13 @@ def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_check
     assert blind.ok, format_table(blind)  # batches of 1-3 only: the cut never runs
     res = run_parity(engine, tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
     wide = [p for p in res.prompts if p.mode == "wide7"]
-    assert not res.ok and len(wide) == 7 and {p.prompt for p in wide} == {"len0001"}, format_table(res)
+    assert not res.ok and [p.prompt for p in wide] == ["len0001"], format_table(res)  # and 6 fresh ones
     assert all(p.ok for p in res.prompts if p.mode != "wide7")
     # the sharp net: the wide decode rows against the engine's own hidden-state prefill of the same tokens
     x, t = res.consistency["decode wide"], res.consistency_tolerances["decode wide"]
     assert x > 3 * t and any("consistency (decode wide)" in f for f in res.update_failures), format_table(res)
     honest = run_parity(rendered("bf16"), tiny_checkpoint("bf16"), load_capacity=Capacity(7, 32), **kw)
-    assert honest.ok and sum(p.mode == "wide7" for p in honest.prompts) == 7, format_table(honest)
+    assert honest.ok and sum(p.mode == "wide7" for p in honest.prompts) == 1, format_table(honest)
     assert honest.consistency["decode wide"] <= honest.consistency_tolerances["decode wide"] / 2, honest.consistency
 
 
@@ -749,3 +758,26 @@ def test_engine_load_waits_for_the_reference_only_on_a_shared_gpu():
     # one GPU time-slices its processes: the engine loads after the reference runs there, beside them elsewhere
     assert same_gpu("cuda", "cuda") and same_gpu("cuda:1", "cuda:1") and same_gpu("cuda", "cuda:0")
     assert not same_gpu("cuda:0", "cuda:1") and not same_gpu("cpu", "cpu") and not same_gpu("cpu", "cuda")
+
+
+def test_fresh_wide_sequences_hold_their_greedy_token_and_shape():
+    """A fresh wide sequence has no reference: its ``generate`` token must be a top-1 of its own teacher-forced row,
+    and its rows must have its own prefill's shape (else no consistency figure could be taken)."""
+    from harness.parity_checks import judge_fresh
+    from harness.parity_wide import ForcedRun
+    from harness.tolerances import get_tolerance
+
+    tol = get_tolerance("bfloat16", "float32")
+    g = torch.Generator().manual_seed(3)
+    runs = [ForcedRun([4, 9, 2], [7, 1], (1, 2)) for _ in range(3)]
+    rows = [torch.randn(4, 40, generator=g) for _ in runs]  # [S + n, V]: 2 prompt rows, 2 decode rows
+    top = [[int(r[1].argmax()), int(r[2].argmax())] for r in rows]  # row S - 1 predicts the first token
+    assert judge_fresh(runs, rows, [r.clone() for r in rows], top, 3, tol, 0.0) == []
+    wrong = [t[:] for t in top]
+    wrong[1][0] = int(rows[1][1].argmin())
+    (msg,) = judge_fresh(runs, rows, [r.clone() for r in rows], wrong, 3, tol, 0.0)
+    assert msg.startswith("wide3 fresh sequence 1 (3-token prompt): greedy token 0") and "not a top-1" in msg
+    short = [r.clone() for r in rows]
+    short[2] = short[2][1:]
+    (msg,) = judge_fresh(runs, rows, short, top, 3, tol, 0.0)
+    assert "fresh sequence 2" in msg and "shape (3, 40)" in msg
