@@ -16,7 +16,7 @@ from harness.parity_metrics import (
 )
 from harness.parity_progress import Phase
 from harness.parity_result import PromptFigures, RunFigures
-from harness.parity_wide import ForcedRun, own_prefill_logits, wide_batch
+from harness.parity_wide import Window, wide_batch
 from harness.prompts import Prompt
 from harness.reference import ReferenceRun
 from harness.reference_cache import ReferenceCache
@@ -156,15 +156,16 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
     return out
 
 
-def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor, torch.Tensor]]], steps: int,
+def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]], steps: int,
                tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
     the layer-local update and final-norm logits, and consistency: the teacher-forced logits of each mode's runs
-    (``runs``: mode -> (the engine's own prefill logits of the sequence's prompt + continuation in one call, its
-    teacher-forced logits), both [S + n, V]; ``alone``, ``batched`` and, when it ran, ``wide``), their prompt rows and
-    their decode rows apart (each sequence's worst rows left out apart: a cut in one long prompt's decode stays in).
-    The own prefill is the hidden-state prefill the layer-local figures checked, or for a fresh wide sequence its
-    prefill alone (``parity_wide.own_prefill_logits``). ``refs``: the reference runs,
+    (``runs``: mode -> (the engine's own hidden-state prefill logits at the sequence's positions, its teacher-forced
+    logits, both [S + n, V], the parity prompt it came from); ``alone``, ``batched`` and, when it ran, ``wide``), their
+    prompt rows and their decode rows apart (each sequence's worst rows left out apart: a cut in one long prompt's
+    decode stays in). The hidden-state prefill is the one the layer-local figures checked; a wide window's rows are
+    rows of its source prompt's (``harness.parity_wide``). A figure's threshold counts the distinct prompts its rows
+    came from (``Tolerance.consistency_for``: rows of one prompt err together). ``refs``: the reference runs,
     whose HF consistency (``reference_consistency``) anchors the consistency thresholds on a GPU."""
     if not hidden:
         return RunFigures()
@@ -183,14 +184,15 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
         reference_consistency=own,
     )
     for mode, seqs in runs.items():
-        same = [(e, p) for p, e in seqs if e.shape == p.shape]
+        same = [(e, p, src) for p, e, src in seqs if e.shape == p.shape]
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
-            pairs = [(e[cut], p[cut]) for e, p in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            pairs = [(e[cut], p[cut]) for e, p, _ in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            sources = len({src for e, _, src in same if e[cut].shape[0] > 0})
             if pairs:
                 run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
                                                                       drop=tol.consistency_drop, per_pair=True)
                 rows = sum(kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs)
-                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), len(pairs))
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), sources)
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -223,20 +225,22 @@ def note_batch_dependence(fig: PromptFigures, greedy: list[int], alone_greedy: l
                              f"sequences' lengths and count)")
 
 
-def judge_fresh(fresh: list[ForcedRun], own: list[torch.Tensor], wide: list[torch.Tensor], greedy: list[list[int]],
-                batch: int, tol: Tolerance, path: float) -> list[str]:
-    """The run-level failures of the wide batch's fresh sequences (``harness.parity_wide``), the first of each kind:
-    teacher-forced rows of another shape than their own prefill's (no consistency figure could be taken) and a
-    ``generate`` token that is not a top-1 of the sequence's own teacher-forced rows (``judge_greedy_self``; the
-    continuation is judge-drawn, so the check reaches the first token the greedy run shares with it)."""
+def judge_windows(windows: list[Window], own: list[torch.Tensor | None], wide: list[torch.Tensor],
+                  greedy: list[list[int]], batch: int, tol: Tolerance, path: float) -> list[str]:
+    """The run-level failures of the wide batch's windows (``harness.parity_wide``), the first of each kind: teacher-
+    forced rows of another shape than the window's rows of its source's hidden-state prefill (``own``; None where
+    that prefill gave no figures, a failure of its own already) and a ``generate`` token that is not a top-1 of the
+    window's own teacher-forced rows (``judge_greedy_self``, the source's rows as the other mode)."""
     out = []
-    for j, (r, p, e, g) in enumerate(zip(fresh, own, wide, greedy, strict=True)):
-        name = f"wide{batch} fresh sequence {j} ({len(r.prompt)}-token prompt)"
+    for j, (w, p, e, g) in enumerate(zip(windows, own, wide, greedy, strict=True)):
+        if p is None:
+            continue
+        name = f"wide{batch} window {j} (prompt {w.source}, first {len(w.prompt)} tokens)"
         if e.shape != p.shape:
-            out.append(f"{name}: teacher-forced logits of shape {tuple(e.shape)}, its prefill's {tuple(p.shape)}")
+            out.append(f"{name}: teacher-forced logits of shape {tuple(e.shape)}, expected {tuple(p.shape)}")
             break
-        fig = PromptFigures(name, f"wide{batch}", len(r.prompt))
-        judge_greedy_self(fig, e, r, g, tol, p, path)
+        fig = PromptFigures(name, f"wide{batch}", len(w.prompt))
+        judge_greedy_self(fig, e, w, g, tol, p, path)
         if fig.failures:
             out.append(f"{name}: {fig.failures[0]}")
             break
@@ -256,9 +260,9 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     """Every check on every prompt; returns the entries and the run-level figures (``RunFigures``).
 
     ``wide``: the decode batch the engine was loaded for (its slots); above ``len(refs)`` a batch of that many
-    sequences runs teacher-forced and greedy (``harness.parity_wide``, fresh prompts drawn from ``wide_seed``): the
-    short prompts in it are entries of mode ``wide<B>`` judged as a batched one is, the fresh ones feed the ``wide``
-    consistency figures and hold their greedy token to their own rows (run-level failures). ``serving``: run the serving script last, when every other
+    sequences runs teacher-forced and greedy (``harness.parity_wide``, windows drawn from ``wide_seed``): the short
+    prompts in it are entries of mode ``wide<B>`` judged as a batched one is; every wide sequence's rows feed the
+    ``wide`` consistency figures, and each window's greedy token is held to its own rows (run-level failures). ``serving``: run the serving script last, when every other
     check passed (``harness.serving_checks``; its failures are run-level failures), None to leave it out."""
     runs = Phase()
     alone = [teacher_forced_logits(engine, [r])[0] for r in refs]
@@ -269,7 +273,6 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     wide_idx, k = wb.pool, len(wb.pool)
     wide_logits = teacher_forced_logits(engine, wb.seqs(refs)) if len(wb) else []
     wide_greedy = greedy_tokens(engine, wb.seqs(refs)) if len(wb) else []
-    fresh_own = own_prefill_logits(engine, wb.fresh)
     runs.done("engine: teacher-forced and greedy runs, alone, batched and wide, in %.1f s")
     checks = Phase()
     figs: list[PromptFigures] = []
@@ -292,12 +295,13 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
         note_batch_dependence(fw, gw, alone_greedy[i])
         judge_batch(fw, ew, alone[i], tol)
         figs.append(fw)
-    runs = {"alone": [(h.logits, alone[i]) for i, h in hidden_of.items()],
-            "batched": [(h.logits, batched[i]) for i, h in hidden_of.items()]}
-    fresh_runs = list(zip(fresh_own, wide_logits[k:], strict=True))
-    wide_runs = [(hidden_of[i].logits, ew) for i, ew in zip(wide_idx, wide_logits[:k], strict=True) if i in hidden_of]
-    if wide_runs or fresh_runs:
-        runs["wide"] = wide_runs + fresh_runs
+    runs = {"alone": [(h.logits, alone[i], i) for i, h in hidden_of.items()],
+            "batched": [(h.logits, batched[i], i) for i, h in hidden_of.items()]}
+    own = [hidden_of[w.source].logits[w.positions()] if w.source in hidden_of else None for w in wb.windows]
+    wide_runs = [(hidden_of[i].logits, ew, i) for i, ew in zip(wide_idx, wide_logits[:k], strict=True) if i in hidden_of]
+    wide_runs += [(p, ew, w.source) for w, p, ew in zip(wb.windows, own, wide_logits[k:], strict=True) if p is not None]
+    if wide_runs:
+        runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
     path = path_noise(run, tol)
     entries = [x for i in range(len(refs)) for x in ((alone[i], alone_greedy[i], batched[i]), (batched[i], batched_greedy[i], alone[i]))]
@@ -305,7 +309,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     refs_of = [r for r in refs for _ in range(2)] + [refs[i] for i in wide_idx]
     for f, (e, g, other), ref in zip(figs, entries, refs_of, strict=True):
         judge_greedy_self(f, e, ref, g, tol, other, path)
-    run.failures += judge_fresh(wb.fresh, fresh_own, wide_logits[k:], wide_greedy[k:], len(wb), tol, path)
+    run.failures += judge_windows(wb.windows, own, wide_logits[k:], wide_greedy[k:], len(wb), tol, path)
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
         decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)

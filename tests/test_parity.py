@@ -637,22 +637,30 @@ def test_quick_parity_passes_in_process(rendered, tiny_checkpoint):
     assert [p.name for p in res.prompts] == ["len0002/alone", "len0002/batched", "len0064/alone", "len0064/batched"]
 
 
-def test_wide_batch_holds_the_shortest_third_once_and_fills_the_rest_with_fresh_prompts():
-    from harness.parity_wide import FRESH_PROMPT_ROWS, wide_batch
+def test_wide_batch_holds_the_shortest_third_once_and_fills_the_rest_with_windows():
+    from harness.parity_wide import WINDOW_MAX_PROMPT, WINDOW_PROMPT_ROWS, wide_batch
     from harness.reference import ReferenceRun
-    refs = [ReferenceRun(prompt=[5] * n, continuation=[1, 2, 3], logits=torch.zeros(1, 50)) for n in (90, 1, 30, 4, 2, 7)]
+    lengths = (90, 1, 30, 4, 2, 7)
+    refs = [ReferenceRun(prompt=[100 * j + t for t in range(n)], continuation=[100 * j + 90 + t for t in range(3)],
+                         logits=torch.zeros(1, 50), rows=(0, n - 1) if n == 30 else None) for j, n in enumerate(lengths)]
     assert len(wide_batch(refs, 6, 1)) == 0 and len(wide_batch(refs, 3, 1)) == 0  # the batched run reaches it already
     wb = wide_batch(refs, 20, 7)
-    assert wb.pool == [1, 4] and len(wb) == 20 and len(wb.fresh) == 18  # lengths 1 and 2: the shortest third of six
+    assert wb.pool == [1, 4] and len(wb) == 20 and len(wb.windows) == 18  # lengths 1 and 2: the shortest third of six
     assert wb.seqs(refs)[:2] == [refs[1], refs[4]]
-    assert all(1 <= len(r.prompt) <= 16 and len(r.continuation) == 3 for r in wb.fresh)  # [1, max(16, 2)]
-    assert all(0 <= t < 50 for r in wb.fresh for t in r.prompt + r.continuation)  # the reference's vocabulary
-    assert all(r.rows == tuple(range(max(0, len(r.prompt) - FRESH_PROMPT_ROWS), len(r.prompt))) for r in wb.fresh)
-    assert len({tuple(r.prompt) for r in wb.fresh}) == 18  # distinct: the point of them
+    for w in wb.windows:
+        t = refs[w.source].prompt + refs[w.source].continuation
+        k = len(w.prompt)
+        assert w.source != 2  # a prompt whose rows were sampled has no full row set to cut windows from
+        assert 1 <= k <= min(len(refs[w.source].prompt), WINDOW_MAX_PROMPT) and w.prompt == t[:k] and w.continuation == t[k : k + 3]
+        assert w.rows == tuple(range(max(0, k - WINDOW_PROMPT_ROWS), k)) and w.split == len(w.rows)
+        assert w.positions() == [*w.rows, k, k + 1, k + 2]
+    cuts = {(w.source, len(w.prompt)) for w in wb.windows}
+    assert len(cuts) == 18  # 16 + 1 + 4 + 2 + 7 cut points: none twice
     assert wide_batch(refs, 20, 7) == wb and wide_batch(refs, 20, 8) != wb  # the seed decides, nothing else
     assert len(wide_batch(refs[:2], 3, 1).pool) == 1  # at least one pool prompt
-    short = [ReferenceRun(prompt=[5] * n, continuation=[1], logits=torch.zeros(1, 50)) for n in (3, 2)]
-    assert all(len(r.prompt) <= 3 for r in wide_batch(short, 9, 1).fresh)  # never longer than the longest prompt
+    few = wide_batch(refs[1:2] + refs[4:5], 9, 1)  # 3 cut points for 8 windows: each taken before any repeats
+    counts = [sum((w.source, len(w.prompt)) == c for w in few.windows) for c in ((0, 1), (1, 1), (1, 2))]
+    assert sorted(counts) == [2, 3, 3]
 
 
 def test_decode_batches_above_the_prompt_count_are_compared(rendered, tiny_checkpoint, tmp_path):
@@ -760,24 +768,25 @@ def test_engine_load_waits_for_the_reference_only_on_a_shared_gpu():
     assert not same_gpu("cuda:0", "cuda:1") and not same_gpu("cpu", "cpu") and not same_gpu("cpu", "cuda")
 
 
-def test_fresh_wide_sequences_hold_their_greedy_token_and_shape():
-    """A fresh wide sequence has no reference: its ``generate`` token must be a top-1 of its own teacher-forced row,
-    and its rows must have its own prefill's shape (else no consistency figure could be taken)."""
-    from harness.parity_checks import judge_fresh
-    from harness.parity_wide import ForcedRun
+def test_wide_windows_hold_their_greedy_token_and_shape():
+    """A window of the wide batch is judged on its rows against its source's hidden-state prefill rows (consistency)
+    and its ``generate`` token against its own teacher-forced row; rows of the wrong shape are a failure."""
+    from harness.parity_checks import judge_windows
+    from harness.parity_wide import Window
     from harness.tolerances import get_tolerance
 
     tol = get_tolerance("bfloat16", "float32")
     g = torch.Generator().manual_seed(3)
-    runs = [ForcedRun([4, 9, 2], [7, 1], (1, 2)) for _ in range(3)]
-    rows = [torch.randn(4, 40, generator=g) for _ in runs]  # [S + n, V]: 2 prompt rows, 2 decode rows
+    wins = [Window(j, [4, 9, 2], [7, 1], (1, 2)) for j in range(3)]
+    rows = [torch.randn(4, 40, generator=g) for _ in wins]  # [S + n, V]: 2 prompt rows, 2 decode rows
     top = [[int(r[1].argmax()), int(r[2].argmax())] for r in rows]  # row S - 1 predicts the first token
-    assert judge_fresh(runs, rows, [r.clone() for r in rows], top, 3, tol, 0.0) == []
+    assert judge_windows(wins, rows, [r.clone() for r in rows], top, 3, tol, 0.0) == []
+    assert judge_windows(wins, [None] * 3, [r.clone() for r in rows], top, 3, tol, 0.0) == []  # no partner: judged elsewhere
     wrong = [t[:] for t in top]
     wrong[1][0] = int(rows[1][1].argmin())
-    (msg,) = judge_fresh(runs, rows, [r.clone() for r in rows], wrong, 3, tol, 0.0)
-    assert msg.startswith("wide3 fresh sequence 1 (3-token prompt): greedy token 0") and "not a top-1" in msg
+    (msg,) = judge_windows(wins, rows, [r.clone() for r in rows], wrong, 3, tol, 0.0)
+    assert msg.startswith("wide3 window 1 (prompt 1, first 3 tokens): greedy token 0") and "not a top-1" in msg
     short = [r.clone() for r in rows]
     short[2] = short[2][1:]
-    (msg,) = judge_fresh(runs, rows, short, top, 3, tol, 0.0)
-    assert "fresh sequence 2" in msg and "shape (3, 40)" in msg
+    (msg,) = judge_windows(wins, rows, short, top, 3, tol, 0.0)
+    assert "window 2" in msg and "shape (3, 40)" in msg
