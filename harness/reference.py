@@ -81,6 +81,20 @@ def load_strict(model: torch.nn.Module, weights) -> None:
         )
 
 
+#: A token within this fraction of its row's largest |logit| below the row's top is a tie for the redraft of
+#: ``Reference.run`` (two bf16 steps: the size of what a changed expert grouping moves a bf16 row by).
+REDRAFT_TIE_REL = 2.0**-7
+
+
+def near_ties(rows: torch.Tensor, tokens: list[int]) -> bool:
+    """True when each token is its row's argmax or within ``REDRAFT_TIE_REL · max|row|`` of it: ``rows`` [n, V] float,
+    ``tokens`` n ids (row j predicted token j)."""
+    r = rows.float()
+    top = r.max(-1).values
+    got = r.gather(-1, torch.tensor(tokens, device=r.device).view(-1, 1)).squeeze(-1)
+    return bool(((top - got) <= REDRAFT_TIE_REL * r.abs().amax(-1)).all())
+
+
 def row_index(rows: list[int], length: int, device: torch.device) -> torch.Tensor:
     """``rows`` as a long index tensor on ``device``.
 
@@ -271,7 +285,10 @@ class Reference:
         plus n single-token steps), then checked against one uncached full forward; from the first row whose
         argmax differs from the draft (a near tie the cached path resolved the other way) the draft is
         redone, so a run costs two full forwards plus n cached steps in the common case and at most n + 1
-        rounds. Rows are computed without a cache, like every other reference output. ``rows``: the prompt
+        rounds. Each round's first differing row is later than the last one's, unless the full forward moved an
+        earlier row when later tokens changed (on the CPU a bf16 GEMM's row depends on how many tokens each expert
+        gets, so a near tie there can flip back and forth): then the run stops there if every token is within
+        ``REDRAFT_TIE_REL`` of its row's top (``near_ties``), and the continuation is greedy up to such ties. Rows are computed without a cache, like every other reference output. ``rows``: the prompt
         rows to return (ascending, ending at P - 1; see ``ReferenceRun``); None: all. The draft's own rows that
         saw the final tokens, against the returned ones, are ``ReferenceRun.cached`` (HF's own consistency).
         """
@@ -284,6 +301,7 @@ class Reference:
         if n:  # the cached draft, and its rows: HF's own consistency (harness.reference_cached)
             draft, cached = self._greedy_cached(tokens, n, list(range(p)) if rows is None else list(rows))
             tokens += draft
+        last = -1
         for _ in range(n + 1):
             logits, hidden = self._forward(tokens, keep_rows, capture=True)  # [S + n, V]; row S - 1 + j predicted token j
             s = p if keep_rows is None else len(keep_rows) - n
@@ -291,6 +309,9 @@ class Reference:
             wrong = next((j for j in range(n) if picks[j] != tokens[p + j]), None)
             if wrong is None:
                 break
+            if wrong <= last and near_ties(logits[s - 1 : s - 1 + n], tokens[p:]):
+                break  # a row before the last redraft moved when later tokens changed: only rounding does that
+            last = wrong
             keep = tokens[: p + wrong] + [picks[wrong]]
             rest = n - wrong - 1
             cached = {q: r for q, r in cached.items() if q < p + wrong}  # later rows saw the redrafted token
@@ -298,7 +319,8 @@ class Reference:
             cached.update(extra)
             tokens = keep + more
         else:
-            raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds")
+            raise RuntimeError(f"the reference's greedy continuation of a {p}-token prompt did not settle in {n + 1} rounds "
+                               "(a row moved by more than a tie when later tokens changed)")
         self._hidden_memo[tuple(tokens)] = hidden
         positions = list(range(p + n)) if keep_rows is None else keep_rows
         own = cached_rows(cached, logits, positions, p) if n else None

@@ -127,9 +127,14 @@ def _logprob_errors(o: ScriptOutput, rows: torch.Tensor, upto: int, tol: list[fl
         if tok != o.tokens[j] or not abs(lp - float(ls[tok])) <= tol[j]:
             return f"token {j}: logprob {lp:.4g} of id {tok}, its row says {float(ls[o.tokens[j]]):.4g} (raw logits, before temperature)"
         kth = float(torch.topk(ls, k).values[-1])
-        if len(top) != k or any(not 0 <= i < ls.shape[0] or not abs(v - float(ls[i])) <= tol[j] or float(ls[i]) < kth - 2 * tol[j]
-                                for i, v in top):
-            return f"token {j}: its {len(top)} top logprobs are not the row's top {k}"
+        if len(top) != k:
+            return f"token {j}: {len(top)} top logprobs reported, {k} asked for"
+        for i, v in top:
+            if not 0 <= i < ls.shape[0]:
+                return f"token {j}: top logprob of id {i}, outside the vocabulary"
+            if not abs(v - float(ls[i])) <= tol[j] or float(ls[i]) < kth - 2 * tol[j]:
+                return (f"token {j}: its {k} top logprobs are not the row's top {k}: id {i} reported at {v:.4g}, its row "
+                        f"says {float(ls[i]):.4g}, the row's {k}th is {kth:.4g} (tolerance {tol[j]:.3g})")
     return None
 
 

@@ -790,3 +790,15 @@ def test_wide_windows_hold_their_greedy_token_and_shape():
     short[2] = short[2][1:]
     (msg,) = judge_windows(wins, rows, short, top, 3, tol, 0.0)
     assert "window 2" in msg and "shape (3, 40)" in msg
+
+
+def test_redraft_ties_are_within_two_bf16_steps_of_the_rows_top():
+    """The reference's greedy redraft stops on a row that moved back (only rounding does that) only when every token
+    is its row's top or within ``REDRAFT_TIE_REL`` of it; a real difference still raises."""
+    from harness.reference import REDRAFT_TIE_REL, near_ties
+
+    rows = torch.tensor([[4.0, 1.0, -2.0], [0.5, 3.0, 2.999], [-1.0, 0.0, 1.0]])  # [n, V]
+    assert near_ties(rows, [0, 1, 2]) and near_ties(rows, [0, 2, 2])  # 3.0 - 2.999 <= 2^-7 * 3
+    assert not near_ties(rows, [0, 0, 2]) and not near_ties(rows, [1, 1, 2])
+    edge = torch.tensor([[8.0, 8.0 - 8 * REDRAFT_TIE_REL * 1.01]])
+    assert not near_ties(edge, [1]) and near_ties(edge * 0 + torch.tensor([[8.0, 8.0 - 8 * REDRAFT_TIE_REL]]), [1])
