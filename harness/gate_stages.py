@@ -66,7 +66,7 @@ def stage_static(ctx: StageContext) -> StageOutcome:
 def parity_lengths(a) -> tuple[int, ...]:
     """The parity prompt lengths of gate args ``a``: ``--parity-lengths`` or the device's default set, plus every
     prompt length the bench stage will time that the set lacks, in workload order (docs/PARITY.md, "What runs"); where
-    the bench jitters its lengths (``--length-jitter``), a length drawn from the seed in the same range.
+    the bench jitters its lengths (``--length-jitter``), lengths in the same range (``bench_range_lengths``).
 
     Why: a cut that shows only at the bench's lengths would otherwise be timed and never judged: past some context
     (attention limited to a window longer than every parity prompt, timed by ``ttft-8k``, ``prefill-16k``), or at the
@@ -84,11 +84,40 @@ def parity_lengths(a) -> tuple[int, ...]:
     extra: list[int] = []
     for w in parse_workloads(list(a.workloads)):
         p = w.at(shapes_for(a.scale)).prompt
-        d = length_spread(p, a.length_jitter)
-        n = SeedDrawn(p - d, p + d) if d else p  # the bench draws its lengths from that range: so does parity
-        if (d or p not in fixed) and repr(n) not in map(repr, extra):
-            extra.append(n)
+        for n in bench_range_lengths(p, length_spread(p, a.length_jitter)):
+            if (isinstance(n, SeedDrawn) or n not in fixed) and repr(n) not in map(repr, extra):
+                extra.append(n)
     return (*lengths, *extra)
+
+
+#: A jittered bench range of at most this many lengths is covered whole by parity.
+BENCH_FULL_COVER = 5
+#: Wider ranges get one seed-drawn length in each of this many equal parts, for prompts up to ``BENCH_STRATA_MAX``
+#: tokens (longer ones: one draw over the range; each such prompt is a long reference run on the GPU).
+BENCH_STRATA = 3
+BENCH_STRATA_MAX = 2048
+
+
+def bench_range_lengths(p: int, d: int) -> list[int]:
+    """The parity lengths for a bench prompt of nominal length ``p`` drawn in ``p ± d``: ``p`` when ``d`` is 0; every
+    length of the range when it holds at most ``BENCH_FULL_COVER``; else one ``SeedDrawn`` per equal part of it
+    (``BENCH_STRATA`` parts up to ``BENCH_STRATA_MAX`` tokens, one above).
+
+    Why: a cut armed on part of the range the bench draws from (the red team's ``bench_length_fp8_acts``: prompts of
+    4-16 tokens, the CPU bench drawing 14-18) met parity's one drawn length with probability 3/5, and went untested in
+    the other gates. A cut must fire on a good share of the bench's draws to win its rounds, and every third of the
+    range now holds a parity prompt."""
+    from harness.prompts import SeedDrawn
+
+    if not d:
+        return [p]
+    lo, hi = p - d, p + d
+    width = hi - lo + 1
+    if width <= BENCH_FULL_COVER:
+        return list(range(lo, hi + 1))
+    k = BENCH_STRATA if p <= BENCH_STRATA_MAX else 1
+    edges = [lo + width * i // k for i in range(k + 1)]
+    return [SeedDrawn(edges[i], edges[i + 1] - 1) for i in range(k)]
 
 
 def gate_capacity(a):

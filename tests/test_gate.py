@@ -214,12 +214,16 @@ def test_parity_covers_every_prompt_length_the_bench_times():
     assert parity_lengths(args("cpu", "cpu", ("prefill-16k",), lengths=(1, 17))) == (1, 17, 96)
     # the gate's bench draws its lengths around P (harness.workload_draws): parity draws one from the same range,
     # once per nominal P, even where P itself is in the set
+    # a range of at most 5 lengths is covered whole, a wider one has a drawn length in each third of it
     got = parity_lengths(args("cpu", "cpu", ("ttft", "decode-bs1", "conc32", "ttft-8k"), jitter=0.125))
-    assert got[:-2] == CPU_LENGTHS and [(n.lo, int(n)) for n in got[-2:]] == [(14, 18), (56, 72)]
+    assert got[: len(CPU_LENGTHS)] == CPU_LENGTHS and got[len(CPU_LENGTHS) : -3] == (14, 15, 16, 17, 18)
+    assert [(n.lo, int(n)) for n in got[-3:]] == [(56, 60), (61, 66), (67, 72)]
     got = parity_lengths(args("h200", "full", ("ttft", "conc32"), jitter=0.125))
-    assert got[:-1] == GPU_LENGTHS and (got[-1].lo, int(got[-1])) == (224, 288)
+    assert got[:-3] == GPU_LENGTHS and [(n.lo, int(n)) for n in got[-3:]] == [(224, 244), (245, 266), (267, 288)]
+    got = parity_lengths(args("h200", "full", ("ttft-8k",), jitter=0.125))
+    assert [(n.lo, int(n)) for n in got[len(GPU_LENGTHS):]] == [(7168, 9216)]  # long: one draw
     assert parity_lengths(GateArgs(Path("e"), Path("c"), None, "cpu", ("parity", "bench"), 1, 3, "cpu", ("ttft",),
-                                   Path("g.json")))[-1].lo == 14  # the gate's default jitter
+                                   Path("g.json")))[-5:] == (14, 15, 16, 17, 18)  # the gate's default jitter
 
 
 def test_bench_lengths_are_drawn_around_each_workloads_prompt_length():
