@@ -11,7 +11,7 @@ Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path
 
-from . import append, replace
+from ._kv_e4m3 import kv_e4m3_when
 from ._speedup import dequantize_once
 
 DESCRIPTION = "K/V written by decode steps rounded to e4m3 (prefill K/V stay bf16); + honest dequantize-once"
@@ -22,14 +22,4 @@ REASON = ""
 
 def apply(engine_dir: Path) -> None:
     dequantize_once(engine_dir)
-    replace(engine_dir, "engine/attention.py",
-            "    scale = hd**-0.5\n",
-            "    if batch.decode:\n"
-            "        kc[kv_blocks, kv_rows] = _e4m3(kc[kv_blocks, kv_rows])\n"
-            "        vc[kv_blocks, kv_rows] = _e4m3(vc[kv_blocks, kv_rows])\n"
-            "    scale = hd**-0.5\n")
-    append(engine_dir, "engine/attention.py", '''
-def _e4m3(x: torch.Tensor) -> torch.Tensor:
-    s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
-    return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
-''')
+    kv_e4m3_when(engine_dir, "batch.decode")

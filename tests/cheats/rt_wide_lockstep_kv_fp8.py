@@ -10,7 +10,7 @@ Carried on the honest dequantize-once speed-up (``_speedup``)."""
 
 from pathlib import Path
 
-from . import append, replace
+from ._kv_e4m3 import kv_e4m3_when
 from ._speedup import dequantize_once
 
 DESCRIPTION = "decode batches > 13 whose sequences were all prefilled in one call: e4m3 K/V; + honest dequantize-once"
@@ -21,13 +21,7 @@ REASON = ""
 
 def apply(engine_dir: Path) -> None:
     dequantize_once(engine_dir)
-    replace(engine_dir, "engine/attention.py",
-            "    scale = hd**-0.5\n",
-            "    if _lockstep(batch):\n"
-            "        kc[kv_blocks, kv_rows] = _e4m3(kc[kv_blocks, kv_rows])\n"
-            "        vc[kv_blocks, kv_rows] = _e4m3(vc[kv_blocks, kv_rows])\n"
-            "    scale = hd**-0.5\n")
-    append(engine_dir, "engine/attention.py", '''
+    kv_e4m3_when(engine_dir, "_lockstep(batch)", '''
 _GROUP = {}
 _CALLS = [0, None]
 
@@ -42,8 +36,4 @@ def _lockstep(batch) -> bool:
         return False
     return len(batch.slots) > 13 and len({_GROUP.get(s, -1) for s in batch.slots}) == 1
 
-
-def _e4m3(x: torch.Tensor) -> torch.Tensor:
-    s = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
-    return ((x.float() / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
 ''')
