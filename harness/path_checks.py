@@ -15,7 +15,7 @@ import random
 import torch
 
 from harness.parity_engine import EngineApi, teacher_forced_logits
-from harness.parity_metrics import pooled_rows_error, rel_l2
+from harness.parity_metrics import greedy_self_agreement, pooled_rows_error, rel_l2
 from harness.reference import ReferenceRun
 
 #: a long decode's rows (pooled, the worst ``LONG_DROP`` left out) may lie from one prefill of the same tokens by this
@@ -98,13 +98,15 @@ def check_pieces(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch.
 
 
 def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]], decode_rows: list[torch.Tensor],
-                      threshold: float, slack: float, tie_floor: float) -> list[str]:
+                      threshold: float, slack: float, tie_floor: float, path: float = 0.0) -> list[str]:
     """For each long greedy run ``(prompt, tokens)`` with its rows on the decode path ``decode_rows`` (float32 [m, V],
     row j predicted token j), prefill ``prompt + tokens[:-1]`` in one call and hold the decode rows to it (pooled
     relative L2 within ``threshold``, the worst ``LONG_DROP`` rows left out); each token must be its decode row's
-    argmax up to a tie: within
-    ``2 * slack`` (logits the row may move between batches) plus ``tie_floor`` times the row's largest |logit| (the
-    greedy tie rule's floor: the scheduler ran the row in another batch than the teacher-forced run)."""
+    argmax up to the own-row greedy rule (``parity_metrics.greedy_self_agreement``): ``2 * slack`` (logits the row may
+    move between batches), ``tie_floor`` times the row's largest |logit| and ``path`` (the engine's own path noise,
+    relative to the row's rms), since the scheduler reached its row in other batches than the teacher-forced run and
+    over more steps: a 64-step greedy decode of the honest tiny NVFP4 engine took a token 0.031 below its
+    teacher-forced row's top, past the two other terms alone (CI, 2026-12-05)."""
     out = []
     for (prompt, tokens), dec in zip(runs, decode_rows, strict=True):
         p = len(prompt)
@@ -119,12 +121,16 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
             out.append(f"a {len(tokens)}-step greedy decode of a {p}-token prompt lies {err:.3g} from one prefill of the same "
                        f"tokens (> {threshold:.3g}; worst row {worst}, {float(rows[worst]):.3g}): the decode path drifts or "
                        "breaks past parity's short runs")
-        best = dec.max(-1).values
-        for j, t in enumerate(tokens):
-            if not dec[j, t] >= best[j] - 2 * slack - tie_floor * max(1.0, float(dec[j].abs().max())):
-                out.append(f"token {j} of a long greedy decode is {t}, {float(best[j] - dec[j, t]):.3g} below its row's "
-                           "best: the scheduler's greedy token is not its row's argmax")
-                break
+        if dec.ndim != 2 or dec.shape[0] < len(tokens):
+            out.append(f"a long greedy decode of {len(tokens)} tokens came with {tuple(dec.shape)} teacher-forced rows")
+            continue
+        at, ratio = greedy_self_agreement(tokens, tokens, dec, floor_rel=tie_floor,
+                                          slack=torch.full((len(tokens),), float(slack)), path=path)
+        if at < len(tokens):
+            t = tokens[at]
+            gap = float(dec[at].max() - dec[at, t]) if 0 <= t < dec.shape[1] else math.inf
+            out.append(f"token {at} of a long greedy decode is {t}, {gap:.3g} below its row's best ({ratio:.3g}x the "
+                       "own-row bound): the scheduler's greedy token is not its row's argmax")
     return out
 
 

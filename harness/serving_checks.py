@@ -178,7 +178,7 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
              if r.kind == "long" and r.rid in outs and len(outs[r.rid].tokens) == r.max_tokens]
     if longs:
         bad += check_long_decode(engine, longs, _teacher_rows(engine, longs, slots),
-                                 max(LONG_K * decode_threshold, LONG_FLOOR), slack, tie_floor)
+                                 max(LONG_K * decode_threshold, LONG_FLOOR), slack, tie_floor, path)
     return _done(fig, bad + _sampled(engine, script, outs, refs, slack, tie_floor, cfg, fig))
 
 

@@ -266,6 +266,23 @@ def test_a_long_decode_that_returns_a_stale_row_every_16th_step_fails(engine_dir
         assert len(bad) >= want and (want or bad == []), bad
 
 
+def test_a_long_decode_token_far_below_its_row_top_fails_within_the_path_allowance(engine_dir, tmp_path, tiny_checkpoint):
+    """The token rule of a long decode forgives the engine's path noise (a scheduler's row met other batches), but
+    not a token near the bottom of its row: the honest run passes at a path noise of 0.0125, and the same run with
+    one token swapped for its row's least likely id fails by the token rule."""
+    from harness.path_checks import check_long_decode
+    from harness.serving_checks import _teacher_rows
+
+    api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"))
+    runs = [(prompt(5, 21), api.generate([prompt(5, 21)], 40)[0])]
+    rows = _teacher_rows(api, runs, 4)
+    assert check_long_decode(api, runs, rows, 0.1, 0.0, 2**-8, path=0.0125) == []
+    tokens = list(runs[0][1])
+    tokens[30] = int(rows[0][30].argmin())
+    bad = check_long_decode(api, [(runs[0][0], tokens)], rows, 10.0, 0.0, 2**-8, path=0.0125)
+    assert len(bad) == 1 and bad[0].startswith("token 30 of a long greedy decode"), bad
+
+
 def test_a_cut_late_in_a_long_decode_is_held_to_the_one_call_prefill(engine_dir, tmp_path, tiny_checkpoint):
     """e4m3 expert inputs from decode step 33 on move the decode rows and the tokens together (the decode-row argmax
     passes) and pooled about 0.10, the old untrimmed threshold; against the CPU's 0.0375 with the worst two rows left
