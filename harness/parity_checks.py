@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.consistency import pooled_by_source, row_squares
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
-    batch_variation, first_bad_layer, greedy_agreement, greedy_self_agreement, kept_rows, layer_errors, layer_name, max_abs, pooled_rows_error, pooled_sq_rows,
+    batch_variation, first_bad_layer, greedy_agreement, greedy_self_agreement, layer_errors, layer_name, max_abs, pooled_rows_error,
     pooled_update_errors, rel_l2, trivial_reason,
 )
 from harness.parity_progress import Phase
@@ -151,8 +152,8 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
     for part in ("prefill", "decode"):
         pairs = [r.cached.part(part) for r in refs if r.cached is not None and r.cached.part(part)[0].numel()]
         if pairs:
-            out[part] = pooled_sq_rows([e for e, _ in pairs], [r for _, r in pairs], drop=tol.consistency_drop,
-                                       per_pair=True)
+            out[part] = pooled_by_source([e for e, _ in pairs], [r for _, r in pairs], list(range(len(pairs))),
+                                         drop=tol.consistency_drop, per=tol.consistency_prompt_drop).value
     return out
 
 
@@ -186,14 +187,17 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
     for mode, seqs in runs.items():
         same = [(e, p, src) for p, e, src in seqs if e.shape == p.shape]
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
-            pairs = [(e[cut], p[cut]) for e, p, _ in same if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
-            sources = len({src for e, _, src in same if e[cut].shape[0] > 0})
-            if pairs:
-                run.consistency[f"{part} {mode}"] = pooled_rows_error([e for e, _ in pairs], [p for _, p in pairs],
-                                                                      drop=tol.consistency_drop, per_pair=True)
-                kept = [kept_rows(e.shape[0], tol.consistency_drop) for e, _ in pairs]
-                rows = min(sum(kept), sources * max(kept))  # a source's wide windows share its state: one sequence's worth
-                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(rows, own.get(part), sources)
+            squares = [(*row_squares(e[cut].float(), p[cut].float()), src) for e, p, src in same
+                       if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            if squares:
+                fig = pooled_by_source([e for e, _, _ in squares], [r for _, r, _ in squares], [s for _, _, s in squares],
+                                       drop=tol.consistency_drop, per=tol.consistency_prompt_drop)
+                run.consistency[f"{part} {mode}"] = fig.value
+                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part),
+                                                                                         fig.sources, len(fig.dropped))
+                if part == "decode":
+                    single = tol.consistency_threshold(fig.rows, own.get(part), fig.sources)
+                    run.run_threshold = single if not single <= run.run_threshold else run.run_threshold
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself
@@ -313,7 +317,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     run.failures += judge_windows(wb.windows, own, wide_logits[k:], wide_greedy[k:], len(wb), tol, path)
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
-        decode = max((x for m, x in run.consistency_tolerances.items() if m.startswith("decode")), default=tol.consistency)
+        decode = run.run_threshold if math.isfinite(run.run_threshold) else tol.consistency * tol.consistency_run_k
         run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving,
                                     path)
         run.failures += run.serving.failures

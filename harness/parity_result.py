@@ -82,6 +82,8 @@ class RunFigures:
             prefill of the same tokens (``Tolerance.consistency``).
         consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own
             figure (``Tolerance.consistency_threshold``).
+        run_threshold: a single sequence's decode threshold (no prompt to leave out: ``Tolerance.consistency_run_k``),
+            the largest over the decode figures' rows and anchors; what the serving script's path checks are held to.
         reference_consistency: ``prefill``, ``decode``: HF's own cached path against its uncached forward on the
             same prompts, pooled alike (``harness.reference_cached``); empty when not measured.
         failures: every run-level check over its tolerance, in words.
@@ -98,6 +100,7 @@ class RunFigures:
     mixer_local_advisory: bool = False
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
+    run_threshold: float = math.nan
     reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     advisories: list[str] = field(default_factory=list)

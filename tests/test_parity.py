@@ -266,15 +266,17 @@ def test_tolerance_lookup():
     with pytest.raises(ValueError, match="storage ratio"):
         tol.local_update(0.0)
     gpu = tol.for_device("cuda:0")
-    # on the H200 the Triton kernels' layer-local figures are the CPU engine's: no loosening there; consistency 3x
+    # on the H200 the Triton kernels' layer-local figures are the CPU engine's: no loosening there; consistency 0.0375
     assert gpu.local_update(3.0) == pytest.approx(tol.local_update(3.0)) and gpu.local_logits == tol.local_logits
     assert gpu.logits_prompt == tol.logits_prompt
-    assert gpu.consistency == pytest.approx(3.0 * tol.consistency) and tol.for_device("cpu") is tol
+    assert gpu.consistency == pytest.approx(0.0375) and tol.for_device("cpu") is tol
+    # a single sequence's threshold: 0.0125 on the CPU (where the path checks were calibrated), 0.0375 on a GPU
+    assert tol.consistency * tol.consistency_run_k == pytest.approx(0.0125) and gpu.consistency_run_k == 1.0
     assert tol.local_logits < tol.consistency < tol.local_update(1.0)
     # a figure pooled over few rows (quick parity) is held to a wider threshold, never a narrower one
     assert tol.consistency_for(64) == tol.consistency_for(154) == tol.consistency
     assert tol.consistency_for(2) == pytest.approx(tol.consistency * 32**0.5) and tol.consistency_for(1) > tol.consistency_for(2)
-    assert gpu.consistency_for(4) == pytest.approx(3.0 * tol.consistency_for(4))
+    assert gpu.consistency_for(4) == pytest.approx(0.0375 / tol.consistency * tol.consistency_for(4))
     # rows of one prompt are not independent: a figure of fewer than 8 prompts is widened by the prompt count
     assert tol.consistency_for(200, 11) == tol.consistency_for(200, 8) == tol.consistency
     assert tol.consistency_for(200, 2) == pytest.approx(2 * tol.consistency) and tol.consistency_for(2, 2) == tol.consistency_for(2)
@@ -520,7 +522,10 @@ def test_reference_measures_its_own_consistency_and_a_gpu_threshold_is_anchored_
     gpu = cpu.for_device("cuda")
     assert gpu.consistency_threshold(200, figs["decode"]) == pytest.approx(K_CONSISTENCY_ANCHOR * 0.01, rel=1e-3)
     assert gpu.consistency_threshold(200, figs["prefill"]) == gpu.consistency_for(200)  # never below the floor
-    assert cpu.consistency_threshold(200, figs["decode"]) == cpu.consistency_for(200)  # the CPU is not anchored
+    assert cpu.consistency_threshold(200, figs["decode"], 11, left_out=1) == cpu.consistency_for(200)  # not anchored
+    # a figure that left no prompt out is held as one sequence is (0.0125 on the CPU); a GPU's is the same either way
+    assert cpu.consistency_threshold(200, None, 11) == pytest.approx(cpu.consistency_run_k * cpu.consistency_for(200))
+    assert gpu.consistency_threshold(200, None, 11) == gpu.consistency_threshold(200, None, 11, left_out=1)
     assert gpu.consistency_threshold(2, None) == gpu.consistency_for(2)
     assert 5 < K_CONSISTENCY_ANCHOR < 6.5  # 0.0375 / 0.0065
     with pytest.raises(ValueError, match="lack"):

@@ -1,0 +1,102 @@
+"""The consistency figure: the engine's teacher-forced logits against its own prefill of the same tokens (or HF's
+cached decode against its uncached forward), pooled over a run's prompts (docs/PARITY.md, "Consistency").
+
+Two discrete events make an honest figure jump, and each is left out at its own level:
+- a row: a router logit near a tie picked another expert for one token (``drop``: the worst rows of each sequence);
+- a prompt: such a flip early in a decode changes the recurrent state and the KV rows after it, so every later row
+  of that one prompt errs (a 1-token bf16 prompt's 16 decode rows pooled 0.088 where the other 11 prompts gave
+  0.005-0.015, and the run's figure 0.0141 against 0.0125: CI at 0a78a21). ``per``: the worst prompt of every
+  ``per`` is left out, by its own pooled figure.
+A cut on the decode path (K/V or state rounded, a kernel changed) moves every prompt's rows, so it stays in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from harness.parity_metrics import kept_rows
+
+
+@dataclass(frozen=True)
+class SourceFigure:
+    """A consistency figure and what entered it.
+
+    Attributes:
+        value: ``sqrt(Σ ‖e − r‖² / Σ ‖r‖²)`` over the kept rows of the kept sources; ``inf`` when any engine row
+            (kept or not) is non-finite.
+        rows: rows that entered, counting a source's sequences (a prompt and its wide windows share its state) as
+            one sequence's worth: ``min(Σ kept, sources × max kept)`` (for ``Tolerance.consistency_for``).
+        sources: distinct sources (prompts) that entered.
+        dropped: the sources left out, worst first.
+    """
+
+    value: float
+    rows: int
+    sources: int
+    dropped: tuple[int, ...] = ()
+
+
+def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources: list[int], *, drop: float,
+                     per: int = 0) -> SourceFigure:
+    """Pool per-row squares by source: each sequence's worst ``ceil(drop · n)`` rows left out (``kept_rows``), the
+    sequences of one source summed, then the worst ``floor(S / per)`` of the ``S`` sources left out by their own
+    relative figure (``per`` 0: none) and the rest pooled.
+
+    Args:
+        err2, ref2: per sequence, ‖e − r‖² and ‖r‖² of its rows (float [N_i]).
+        sources: per sequence, the prompt it came from.
+        drop: fraction of each sequence's rows left out, in [0, 1).
+        per: one source of every ``per`` left out.
+    Raises:
+        ValueError: unequal or empty lists, ``drop`` outside [0, 1), ``per`` < 0, a non-finite reference, or all
+            kept reference rows zero.
+    """
+    if not err2 or not (len(err2) == len(ref2) == len(sources)):
+        raise ValueError(f"pooled_by_source needs matching non-empty lists, got {len(err2)}, {len(ref2)}, {len(sources)}")
+    if not 0.0 <= drop < 1.0 or per < 0:
+        raise ValueError(f"drop must be in [0, 1) and per >= 0, got {drop}, {per}")
+    err2 = [e.double().reshape(-1) for e in err2]
+    ref2 = [r.double().reshape(-1) for r in ref2]
+    if any(e.shape != r.shape for e, r in zip(err2, ref2, strict=True)):
+        raise ValueError("pooled_by_source: each sequence needs as many error rows as reference rows")
+    if not all(bool(torch.isfinite(r).all()) for r in ref2):
+        raise ValueError("the reference itself has non-finite values; the reference or its weights are broken")
+    kept_of: dict[int, list[int]] = {}
+    sums: dict[int, list[float]] = {}
+    for e, r, src in zip(err2, ref2, sources, strict=True):
+        if e.numel() == 0:
+            continue
+        if not bool(torch.isfinite(e).all()):  # NaN never passes: no drop may leave it out
+            return SourceFigure(math.inf, 0, len(set(sources)))
+        keep = kept_rows(e.numel(), drop)
+        idx = e.argsort()[:keep]
+        acc = sums.setdefault(src, [0.0, 0.0])
+        acc[0] += float(e[idx].sum())
+        acc[1] += float(r[idx].sum())
+        kept_of.setdefault(src, []).append(keep)
+    if not sums:
+        raise ValueError("pooled_by_source: no rows")
+    order = sorted(sums, key=lambda s: _rel(*sums[s]), reverse=True)
+    dropped = tuple(order[: len(order) // per]) if per else ()
+    kept = [s for s in order if s not in dropped]
+    num, den = sum(sums[s][0] for s in kept), sum(sums[s][1] for s in kept)
+    if den == 0.0:
+        raise ValueError("reference rows are all zeros; a relative error is undefined")
+    counts = [k for s in kept for k in kept_of[s]]
+    return SourceFigure((num / den) ** 0.5, min(sum(counts), len(kept) * max(counts)), len(kept), dropped)
+
+
+def _rel(num: float, den: float) -> float:
+    return math.inf if den == 0.0 else (num / den) ** 0.5
+
+
+def row_squares(engine: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(‖e − r‖², ‖r‖²)`` per row of two [N, V] logit blocks, float64 [N] each. Raises ValueError on a shape
+    mismatch."""
+    if engine.shape != reference.shape or engine.ndim != 2:
+        raise ValueError(f"need two [N, V] blocks of one shape, got {tuple(engine.shape)} and {tuple(reference.shape)}")
+    e, r = engine.double(), reference.double()
+    return (e - r).pow(2).sum(-1), r.pow(2).sum(-1)

@@ -1,0 +1,68 @@
+"""The consistency figure pooled by source (harness.consistency): a prompt whose decode a routing flip moved is left
+out one in eight, a cut on every prompt stays in, NaN never passes, and wide windows pool with their source."""
+
+import math
+
+import pytest
+import torch
+
+from harness.consistency import pooled_by_source, row_squares
+
+
+def _rows(n: int, rel: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` rows of 50 logits and an engine copy off by ``rel`` (relative L2) on every row."""
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(n, 50, generator=g) + 0.3
+    noise = torch.randn(n, 50, generator=g)
+    eng = ref + noise * (rel * ref.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True))
+    return row_squares(eng, ref)
+
+
+def _figure(rels: list[float], n: int = 16, per: int = 8, sources=None):
+    sq = [_rows(n, r, i) for i, r in enumerate(rels)]
+    return pooled_by_source([e for e, _ in sq], [r for _, r in sq], sources or list(range(len(rels))), drop=0.1, per=per)
+
+
+def test_one_flipped_prompt_in_eight_is_left_out_but_not_in_seven():
+    honest = [0.005 + 0.0005 * i for i in range(7)]
+    fig = _figure(honest + [0.09])
+    assert fig.dropped == (7,) and fig.sources == 7 and fig.value < 0.008
+    assert _figure(honest).dropped == () and _figure(honest[:6] + [0.09]).value > 0.03  # 7 prompts: nothing left out
+    assert _figure(honest + [0.09], per=0).value > 0.03  # per 0: the old pooling, the flip inflates the run
+
+
+def test_a_cut_on_every_prompt_stays_in_and_two_flips_in_nine_are_not_both_forgiven():
+    cut = _figure([0.011 + 0.0003 * i for i in range(12)])
+    assert cut.value > 0.0105 and len(cut.dropped) == 1
+    two = _figure([0.005] * 7 + [0.09, 0.08])
+    assert two.dropped == (7,) and two.value > 0.02
+
+
+def test_nan_anywhere_is_inf_even_in_the_prompt_that_would_be_left_out():
+    sq = [_rows(16, 0.005, i) for i in range(9)]
+    bad = sq[8][0].clone()
+    bad[3] = float("nan")
+    sq[8] = (bad, sq[8][1])
+    fig = pooled_by_source([e for e, _ in sq], [r for _, r in sq], list(range(9)), drop=0.1, per=8)
+    assert math.isinf(fig.value)
+
+
+def test_windows_of_one_source_pool_with_it_and_count_as_one_sequence_of_rows():
+    # 8 sources, source 0 with three 4-row windows (2 rows dropped of... 1 of 4 each), each other one 16-row sequence
+    rels = [0.005] * 3 + [0.006] * 7
+    sq = [_rows(4, r, i) for i, r in enumerate(rels[:3])] + [_rows(16, r, 10 + i) for i, r in enumerate(rels[3:])]
+    fig = pooled_by_source([e for e, _ in sq], [r for _, r in sq], [0, 0, 0, 1, 2, 3, 4, 5, 6, 7], drop=0.1, per=8)
+    assert fig.sources == 7 and len(fig.dropped) == 1
+    assert fig.rows <= 7 * 14  # each kept source is worth at most one 16-row sequence (14 kept)
+
+
+def test_bad_input_is_refused_with_its_reason():
+    e, r = _rows(4, 0.01, 0)
+    with pytest.raises(ValueError, match="matching"):
+        pooled_by_source([e], [r, r], [0], drop=0.1)
+    with pytest.raises(ValueError, match="non-finite"):
+        pooled_by_source([e], [torch.full_like(r, float("inf"))], [0], drop=0.1)
+    with pytest.raises(ValueError, match="drop"):
+        pooled_by_source([e], [r], [0], drop=1.0)
+    with pytest.raises(ValueError, match="one shape"):
+        row_squares(torch.zeros(2, 3), torch.zeros(2, 4))
