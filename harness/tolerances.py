@@ -198,14 +198,17 @@ ANCHOR_LOCAL_NOISE = 0.0097
 ANCHOR_LOCAL_LOGITS = 0.00236
 #: On the CPU consistency has no HF anchor of use (HF-bf16's cached decode matches its own uncached forward to 0.005): its
 #: threshold sits between the honest decode kernels of the template engine and the cuts on the decode path, for the
-#: figure pooled with one prompt in ``CONSISTENCY_PROMPT_DROP`` left out (docs/PARITY.md, "Consistency"; 2026-12-05,
-#: tiny engine, the full CPU set and the CPU gate's set with its wide batch: honest decode figures at most
-#: 0.0066 alone and 0.0087 wide (bf16), e4m3 K/V written by decode steps at least 0.0108 alone and 0.0139 wide).
-CONSISTENCY = 0.010
+#: figure pooled with one prompt in ``CONSISTENCY_PROMPT_DROP`` left out (docs/PARITY.md, "Consistency by prompt";
+#: 2026-12-05, tiny bf16 engine, the CPU gate's set with its wide batch: honest decode figures at most 0.0066 alone
+#: and 0.0087 wide, 0.0093 with split-K decode attention; e4m3 K/V written by decode steps at least 0.0113 alone and
+#: 0.0139 wide, only in lockstep batches of more than 13 at least 0.0131 wide).
+CONSISTENCY = 0.011
 #: A single sequence's figure (a prompt prefilled in pieces, one sequence of the equal-length batch: harness.path_checks)
-#: has no prompt to leave out: its threshold is the pooled threshold times this on the CPU (0.0125, where those checks
-#: were calibrated), and the pooled one itself on a GPU, whose consistency threshold was not lowered with the CPU's.
-CONSISTENCY_RUN_K = 1.25
+#: and a figure of fewer prompts than ``CONSISTENCY_PROMPT_DROP`` have no prompt to leave out: held to this on the CPU
+#: (the threshold before the prompt drop, where those checks were calibrated); on a GPU to the pooled threshold itself,
+#: which was not lowered with the CPU's.
+CONSISTENCY_SINGLE = 0.0125
+CONSISTENCY_RUN_K = CONSISTENCY_SINGLE / CONSISTENCY
 #: On a CUDA device the layer-local thresholds (each layer's update and the final norm + lm_head) are this much looser,
 #: and the consistency threshold by ``CUDA_CONSISTENCY_SCALE``. Measured on the H200 (scripts/h200/parity_local.sh,
 #: tiny NVFP4 engine rendered for the h200, GPU parity set, fp32 reference, two prompt nonces; docs/PARITY.md, "On the
