@@ -101,13 +101,15 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
                       threshold: float, slack: float, tie_floor: float, path: float = 0.0) -> list[str]:
     """For each long greedy run ``(prompt, tokens)`` with its rows on the decode path ``decode_rows`` (float32 [m, V],
     row j predicted token j), prefill ``prompt + tokens[:-1]`` in one call and hold the decode rows to it (pooled
-    relative L2 within ``threshold``, the worst ``LONG_DROP`` rows left out); each token must be its decode row's
+    relative L2 within ``threshold``, the worst ``LONG_DROP`` rows left out; the runs held by ``_held``: a router tie
+    resolved otherwise early in one run moves every later row of it, an honest 0.0499 against 0.0375 for a 64-step
+    decode of a 1-token prompt in CI, while a cut on the decode path moves every run); each token must be its decode row's
     argmax up to the own-row greedy rule (``parity_metrics.greedy_self_agreement``): ``2 * slack`` (logits the row may
     move between batches), ``tie_floor`` times the row's largest |logit| and ``path`` (the engine's own path noise,
     relative to the row's rms), since the scheduler reached its row in other batches than the teacher-forced run and
     over more steps: a 64-step greedy decode of the honest tiny NVFP4 engine took a token 0.031 below its
     teacher-forced row's top, past the two other terms alone (CI, 2026-12-05)."""
-    out = []
+    out, drift, errs = [], [], []
     for (prompt, tokens), dec in zip(runs, decode_rows, strict=True):
         p = len(prompt)
         res = engine.prefill([prompt + tokens[:-1]], rows=[list(range(p - 1, p - 1 + len(tokens)))])
@@ -115,12 +117,16 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
         pre = res["logits"][0].float()
         ok = dec.shape == pre.shape and bool(torch.isfinite(pre).all()) and bool(pre.abs().amax() > 0)
         err = pooled_rows_error([dec], [pre], min_drop=LONG_DROP) if ok else float("nan")
-        if not err <= threshold:
+        errs.append(err)
+        if not err <= threshold and dec.shape != pre.shape:
+            drift.append(f"a {len(tokens)}-step greedy decode of a {p}-token prompt came with rows {tuple(dec.shape)} where "
+                         f"its one-call prefill has {tuple(pre.shape)}")
+        elif not err <= threshold:
             rows = (dec - pre).norm(dim=-1) / pre.norm(dim=-1).clamp_min(1e-12)
             worst = torch.nan_to_num(rows, nan=float("inf")).argmax().item()
-            out.append(f"a {len(tokens)}-step greedy decode of a {p}-token prompt lies {err:.3g} from one prefill of the same "
-                       f"tokens (> {threshold:.3g}; worst row {worst}, {float(rows[worst]):.3g}): the decode path drifts or "
-                       "breaks past parity's short runs")
+            drift.append(f"a {len(tokens)}-step greedy decode of a {p}-token prompt lies {err:.3g} from one prefill of the "
+                         f"same tokens (> {threshold:.3g}, at most {OUTLIERS} run up to {OUTLIER_X:g}x; worst row {worst}, "
+                         f"{float(rows[worst]):.3g}): the decode path drifts or breaks past parity's short runs")
         if dec.ndim != 2 or dec.shape[0] < len(tokens):
             out.append(f"a long greedy decode of {len(tokens)} tokens came with {tuple(dec.shape)} teacher-forced rows")
             continue
@@ -131,7 +137,7 @@ def check_long_decode(engine: EngineApi, runs: list[tuple[list[int], list[int]]]
             gap = float(dec[at].max() - dec[at, t]) if 0 <= t < dec.shape[1] else math.inf
             out.append(f"token {at} of a long greedy decode is {t}, {gap:.3g} below its row's best ({ratio:.3g}x the "
                        "own-row bound): the scheduler's greedy token is not its row's argmax")
-    return out
+    return ([] if _held(errs, threshold) else drift) + out
 
 
 def check_equal_batch(engine: EngineApi, refs: list[ReferenceRun], threshold: float, slots: int, seed: int

@@ -261,9 +261,12 @@ def test_a_long_decode_that_returns_a_stale_row_every_16th_step_fails(engine_dir
 
     for edit, want in ((None, 0), (stale_logits_every_16th_step.apply, 1)):
         api = _engine_api(engine_dir, tmp_path, tiny_checkpoint("bf16"), edit)
-        runs = [(prompt(3, 9), api.generate([prompt(3, 9)], 64)[0])]
-        bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.1, 0.0, 2**-8)
+        runs = [(prompt(n, 9 + n), api.generate([prompt(n, 9 + n)], 64)[0]) for n in (3, 15)]
+        bad = check_long_decode(api, runs, _teacher_rows(api, runs, 4), 0.0375, 0.0, 2**-8)
         assert len(bad) >= want and (want or bad == []), bad
+        # one run of the two may lie up to twice the threshold (a router tie early in it), not further
+        if want:
+            assert check_long_decode(api, runs[:1], _teacher_rows(api, runs[:1], 4), 0.0375, 0.0, 2**-8), "one stale run"
 
 
 def test_a_long_decode_token_far_below_its_row_top_fails_within_the_path_allowance(engine_dir, tmp_path, tiny_checkpoint):
