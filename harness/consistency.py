@@ -6,8 +6,10 @@ Two discrete events make an honest figure jump, and each is left out at its own 
 - a prompt: such a flip early in a decode changes the recurrent state and the KV rows after it, so every later row
   of that one prompt errs (a 1-token bf16 prompt's 16 decode rows pooled 0.088 where the other 11 prompts gave
   0.005-0.015, and the run's figure 0.0141 against 0.0125: CI at 0a78a21). ``per``: the worst prompt of every
-  ``per`` is left out, by its own pooled figure.
-A cut on the decode path (K/V or state rounded, a kernel changed) moves every prompt's rows, so it stays in.
+  ``per`` is left out, by its own pooled figure, if that figure is at most ``cap``.
+A cut on the decode path (K/V or state rounded, a kernel changed) moves every prompt's rows, so it stays in; a cut
+confined to one prompt (full attention limited to a window shorter than the longest prompt:
+``tests/cheats/attention_window.py`` moved that prompt by 0.155) stays in through ``cap``.
 """
 
 from __future__ import annotations
@@ -40,16 +42,17 @@ class SourceFigure:
 
 
 def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources: list[int], *, drop: float,
-                     per: int = 0) -> SourceFigure:
+                     per: int = 0, cap: float = math.inf) -> SourceFigure:
     """Pool per-row squares by source: each sequence's worst ``ceil(drop · n)`` rows left out (``kept_rows``), the
-    sequences of one source summed, then the worst ``floor(S / per)`` of the ``S`` sources left out by their own
-    relative figure (``per`` 0: none) and the rest pooled.
+    sequences of one source summed, then the worst ``floor(S / per)`` of the ``S`` sources whose own relative
+    figure is at most ``cap`` left out (``per`` 0: none; a source over ``cap`` always stays in) and the rest pooled.
 
     Args:
         err2, ref2: per sequence, ‖e − r‖² and ‖r‖² of its rows (float [N_i]).
         sources: per sequence, the prompt it came from.
         drop: fraction of each sequence's rows left out, in [0, 1).
         per: one source of every ``per`` left out.
+        cap: a source erring more than this is never left out.
     Raises:
         ValueError: unequal or empty lists, ``drop`` outside [0, 1), ``per`` < 0, a non-finite reference, or all
             kept reference rows zero.
@@ -80,7 +83,7 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
     if not sums:
         raise ValueError("pooled_by_source: no rows")
     order = sorted(sums, key=lambda s: _rel(*sums[s]), reverse=True)
-    dropped = tuple(order[: len(order) // per]) if per else ()
+    dropped = tuple([s for s in order if _rel(*sums[s]) <= cap][: len(order) // per]) if per else ()
     kept = [s for s in order if s not in dropped]
     num, den = sum(sums[s][0] for s in kept), sum(sums[s][1] for s in kept)
     if den == 0.0:

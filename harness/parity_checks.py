@@ -153,7 +153,8 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
         pairs = [r.cached.part(part) for r in refs if r.cached is not None and r.cached.part(part)[0].numel()]
         if pairs:
             out[part] = pooled_by_source([e for e, _ in pairs], [r for _, r in pairs], list(range(len(pairs))),
-                                         drop=tol.consistency_drop, per=tol.consistency_prompt_drop).value
+                                         drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
+                                       cap=tol.consistency_prompt_cap).value
     return out
 
 
@@ -191,7 +192,8 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
                        if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if squares:
                 fig = pooled_by_source([e for e, _, _ in squares], [r for _, r, _ in squares], [s for _, _, s in squares],
-                                       drop=tol.consistency_drop, per=tol.consistency_prompt_drop)
+                                       drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
+                                       cap=tol.consistency_prompt_cap)
                 run.consistency[f"{part} {mode}"] = fig.value
                 run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part),
                                                                                          fig.sources, len(fig.dropped))

@@ -66,3 +66,13 @@ def test_bad_input_is_refused_with_its_reason():
         pooled_by_source([e], [r], [0], drop=1.0)
     with pytest.raises(ValueError, match="one shape"):
         row_squares(torch.zeros(2, 3), torch.zeros(2, 4))
+
+
+def test_a_prompt_over_the_cap_is_never_left_out():
+    """A cut confined to one prompt (attention limited to a window shorter than it) moves that prompt far more than an
+    honest flip does: over the cap it stays in, and the next worst prompt under the cap is left out instead."""
+    honest = [0.005 + 0.0005 * i for i in range(8)]
+    assert _figure(honest + [0.155], per=8).dropped == (8,)  # no cap: the cut prompt is left out
+    sq = [_rows(16, r, i) for i, r in enumerate(honest + [0.155])]
+    capped = pooled_by_source([e for e, _ in sq], [r for _, r in sq], list(range(9)), drop=0.1, per=8, cap=0.12)
+    assert 8 not in capped.dropped and capped.value > 0.04
