@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.parity_metrics import kept_rows
+from harness.parity_metrics import checked_squares, kept_rows
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,11 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
         ValueError: unequal or empty lists, ``drop`` outside [0, 1), ``per`` < 0, a non-finite reference, or all
             kept reference rows zero.
     """
-    if not err2 or not (len(err2) == len(ref2) == len(sources)):
-        raise ValueError(f"pooled_by_source needs matching non-empty lists, got {len(err2)}, {len(ref2)}, {len(sources)}")
+    if len(sources) != len(err2):
+        raise ValueError(f"pooled_by_source needs a source per sequence, got {len(sources)} for {len(err2)}")
     if not 0.0 <= drop < 1.0 or per < 0:
         raise ValueError(f"drop must be in [0, 1) and per >= 0, got {drop}, {per}")
-    err2 = [e.double().reshape(-1) for e in err2]
-    ref2 = [r.double().reshape(-1) for r in ref2]
-    if any(e.shape != r.shape for e, r in zip(err2, ref2, strict=True)):
-        raise ValueError("pooled_by_source: each sequence needs as many error rows as reference rows")
-    if not all(bool(torch.isfinite(r).all()) for r in ref2):
-        raise ValueError("the reference itself has non-finite values; the reference or its weights are broken")
+    err2, ref2 = checked_squares(err2, ref2)
     kept_of: dict[int, list[int]] = {}
     sums: dict[int, list[float]] = {}
     for e, r, src in zip(err2, ref2, sources, strict=True):

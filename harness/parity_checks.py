@@ -154,7 +154,7 @@ def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str,
         if pairs:
             out[part] = pooled_by_source([e for e, _ in pairs], [r for _, r in pairs], list(range(len(pairs))),
                                          drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
-                                       cap=tol.consistency_prompt_cap).value
+                                         cap=tol.consistency_prompt_cap).value
     return out
 
 
@@ -197,9 +197,9 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
                 run.consistency[f"{part} {mode}"] = fig.value
                 run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part),
                                                                                          fig.sources, len(fig.dropped))
-                if part == "decode":
+                if part == "decode":  # what a single sequence is held to: the same figure with no prompt left out
                     single = tol.consistency_threshold(fig.rows, own.get(part), fig.sources)
-                    run.run_threshold = single if not single <= run.run_threshold else run.run_threshold
+                    run.run_threshold = single if math.isnan(run.run_threshold) else max(run.run_threshold, single)
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself

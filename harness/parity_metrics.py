@@ -283,6 +283,21 @@ def pooled_rows_error(engine: list[torch.Tensor], reference: list[torch.Tensor],
     return pooled_sq_rows(errs, refs, drop=drop, min_drop=min_drop, per_pair=per_pair)
 
 
+def checked_squares(err2: list[torch.Tensor], ref2: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per-row squares ``‖e − r‖²`` and ``‖r‖²`` of several sequences as flat float64 tensors, checked: matching
+    non-empty lists, as many error rows as reference rows per sequence, a finite reference. Raises ValueError
+    otherwise (the engine's squares may be non-finite: the caller decides)."""
+    if not err2 or len(err2) != len(ref2):
+        raise ValueError(f"need matching non-empty lists of row squares, got {len(err2)} and {len(ref2)}")
+    err2 = [e.double().reshape(-1) for e in err2]
+    ref2 = [r.double().reshape(-1) for r in ref2]
+    if any(e.shape != r.shape for e, r in zip(err2, ref2, strict=True)):
+        raise ValueError("each sequence needs as many error rows as reference rows")
+    if not all(bool(torch.isfinite(r).all()) for r in ref2):
+        raise ValueError("the reference itself has non-finite values; the reference or its weights are broken")
+    return err2, ref2
+
+
 def pooled_sq_rows(err2: list[torch.Tensor], ref2: list[torch.Tensor], *, drop: float = 0.0, min_drop: int = 0,
                    per_pair: bool = False) -> float:
     """:func:`pooled_rows_error` from per-row squares already taken: ``err2[i]`` = ‖e − r‖² and ``ref2[i]`` = ‖r‖²
@@ -291,16 +306,9 @@ def pooled_sq_rows(err2: list[torch.Tensor], ref2: list[torch.Tensor], *, drop: 
     Returns ``inf`` if any ``err2`` is non-finite. Raises ValueError: unequal lists or lengths, no rows, a
     non-finite or all-zero reference, or ``drop`` outside [0, 1).
     """
-    if not err2 or len(err2) != len(ref2):
-        raise ValueError(f"pooled_sq_rows needs matching non-empty lists, got {len(err2)} and {len(ref2)}")
     if not 0.0 <= drop < 1.0:
         raise ValueError(f"drop must be in [0, 1), got {drop}")
-    err2 = [e.double().reshape(-1) for e in err2]
-    ref2 = [r.double().reshape(-1) for r in ref2]
-    if any(e.shape != r.shape for e, r in zip(err2, ref2, strict=True)):
-        raise ValueError("pooled_sq_rows: each pair needs as many error rows as reference rows")
-    if not all(bool(torch.isfinite(r).all()) for r in ref2):
-        raise ValueError("the reference itself has non-finite values; the reference or its weights are broken")
+    err2, ref2 = checked_squares(err2, ref2)
     if not all(bool(torch.isfinite(e).all()) for e in err2):
         return math.inf
     groups = list(zip(err2, ref2, strict=True)) if per_pair else [(torch.cat(err2), torch.cat(ref2))]

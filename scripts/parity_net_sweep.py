@@ -50,6 +50,19 @@ def fractions(res) -> dict[str, float]:
     return out
 
 
+def gate_parity(engine: Path, ckpt: Path, nonce: int):
+    """The CPU gate's parity of ``engine`` against ``ckpt`` with prompt seed and nonce ``nonce``, in process: the gate's
+    lengths (bench lengths added) and engine capacity (so the wide batch runs). Returns the ``ParityResult``."""
+    from harness.gate import parse_args
+    from harness.gate_stages import gate_capacity, parity_lengths
+    from harness.parity import run_parity
+
+    g = parse_args(["--engine", str(engine), "--checkpoint", str(ckpt), "--gpu", "cpu", "--json", "/dev/null",
+                    "--seed", str(nonce)])
+    return run_parity(engine, ckpt, seed=nonce, lengths=parity_lengths(g), prompt_nonce=nonce,
+                      load_capacity=gate_capacity(g))
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.parity import run_parity
     from metainfer.attempts.setup import cached_checkpoint, render_tiny
@@ -70,13 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = cached_checkpoint(ROOT, a.quant)
         for nonce in _nonces(a.nonces):
             if a.gate:
-                from harness.gate import parse_args
-                from harness.gate_stages import gate_capacity, parity_lengths
-
-                g = parse_args(["--engine", str(engine), "--checkpoint", str(ckpt), "--gpu", "cpu", "--json", "/dev/null",
-                                "--seed", str(nonce)])
-                res = run_parity(engine, ckpt, seed=nonce, lengths=parity_lengths(g), prompt_nonce=nonce,
-                                 load_capacity=gate_capacity(g))
+                res = gate_parity(engine, ckpt, nonce)
             else:
                 res = run_parity(engine, ckpt, seed=1, lengths=lengths, steps=a.steps, prompt_nonce=nonce)
             f = fractions(res)

@@ -3,15 +3,7 @@ import argparse, json, sys, tempfile, shutil, importlib
 from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]; sys.path.insert(0, str(ROOT))
 import harness.parity_checks as pc
-from harness.parity_metrics import pooled_rows_error as orig
 CALLS = []
-def wrap(engine, reference, **kw):
-    out = orig(engine, reference, **kw)
-    if kw.get("per_pair"):
-        CALLS.append([((e.double() - r.double()).pow(2).sum(-1).tolist(), r.double().pow(2).sum(-1).tolist())
-                      for e, r in zip(engine, reference)])
-    return out
-pc.pooled_rows_error = wrap
 _opbs = pc.pooled_by_source
 def pbs(err2, ref2, sources, **kw):
     import inspect
@@ -28,6 +20,8 @@ def rc(hidden, runs, steps, tol, refs=None):
     return _orig_rc(hidden, runs, steps, tol, refs)
 pc.run_checks = rc
 from harness.parity import run_parity
+sys.path.insert(0, str(ROOT / "scripts"))
+from parity_net_sweep import gate_parity
 from metainfer.attempts.setup import cached_checkpoint, render_tiny
 ap = argparse.ArgumentParser()
 ap.add_argument("--quant", default="bf16"); ap.add_argument("--cheat", default="")
@@ -45,12 +39,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for nonce in range(int(lo), int(hi or lo) + 1):
         CALLS.clear()
         if a.gate:
-            from harness.gate import parse_args
-            from harness.gate_stages import gate_capacity, parity_lengths
-            g = parse_args(["--engine", str(engine), "--checkpoint", str(ckpt), "--gpu", "cpu", "--json", "/dev/null",
-                            "--seed", str(nonce)])
-            res = run_parity(engine, ckpt, seed=nonce, lengths=parity_lengths(g), prompt_nonce=nonce,
-                             load_capacity=gate_capacity(g))
+            res = gate_parity(engine, ckpt, nonce)
         else:
             res = run_parity(engine, ckpt, seed=11, prompt_nonce=nonce)
         modes = list(res.consistency)
