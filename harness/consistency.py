@@ -15,11 +15,16 @@ confined to one prompt (full attention limited to a window shorter than the long
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from harness.parity_metrics import checked_squares, kept_rows
+from harness.tolerances import Tolerance
+
+if TYPE_CHECKING:
+    from harness.reference import ReferenceRun
 
 
 @dataclass(frozen=True)
@@ -98,3 +103,60 @@ def row_squares(engine: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Te
         raise ValueError(f"need two [N, V] blocks of one shape, got {tuple(engine.shape)} and {tuple(reference.shape)}")
     e, r = engine.double(), reference.double()
     return (e - r).pow(2).sum(-1), r.pow(2).sum(-1)
+
+
+@dataclass
+class ConsistencyFigures:
+    """A run's consistency figures (``RunFigures.consistency``), each with its threshold, keyed ``"{part} {mode}"``
+    (part ``prefill`` or ``decode``; mode ``alone``, ``batched``, ``wide``), and ``run_threshold``: what a single
+    sequence's decode figure is held to (NaN when no decode figure was measured)."""
+
+    figures: dict[str, float] = field(default_factory=dict)
+    tolerances: dict[str, float] = field(default_factory=dict)
+    run_threshold: float = math.nan
+
+
+def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]], steps: int, tol: Tolerance,
+                        own: dict[str, float]) -> ConsistencyFigures:
+    """Pool each mode's runs into its prompt-row and decode-row figures and set their thresholds.
+
+    Args:
+        runs: mode -> per sequence (its own one-call prefill logits, its teacher-forced logits, both [S + n, V],
+            the prompt it came from); a pair of unequal shapes is skipped (another check reports it).
+        steps: n, the decode rows at the end of each sequence (0: prompt rows only).
+        tol: the run's tolerance; ``own``: HF's own figures by part (``reference_consistency``; empty: none).
+    Thresholds (``Tolerance.consistency_threshold``): by the rows and prompts pooled, anchored to HF's figure of the
+    same part, and prompt rows also to HF's decode figure (its model's amplification; HF's prompt-row figure is often 0).
+    """
+    out = ConsistencyFigures()
+    for mode, seqs in runs.items():
+        same = [(e, p, src) for p, e, src in seqs if e.shape == p.shape]
+        for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
+            squares = [(*row_squares(e[cut].float(), p[cut].float()), src) for e, p, src in same
+                       if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
+            if not squares:
+                continue
+            fig = pooled_by_source([e for e, _, _ in squares], [r for _, r, _ in squares], [s for _, _, s in squares],
+                                   drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
+                                   cap=tol.consistency_prompt_cap)
+            out.figures[f"{part} {mode}"] = fig.value
+            amp = own.get("decode") if part == "prefill" else None
+            out.tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part), fig.sources,
+                                                                         len(fig.dropped), amplification=amp)
+            if part == "decode":  # what a single sequence is held to: the same figure with no prompt left out
+                single = tol.consistency_threshold(fig.rows, own.get(part), fig.sources)
+                out.run_threshold = single if math.isnan(out.run_threshold) else max(out.run_threshold, single)
+    return out
+
+
+def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str, float]:
+    """HF's own consistency per part (``prefill``, ``decode``) over the runs that measured it
+    (``harness.reference_cached``), pooled as the engine's figures are (each prompt's worst rows left out apart)."""
+    out = {}
+    for part in ("prefill", "decode"):
+        pairs = [r.cached.part(part) for r in refs if r.cached is not None and r.cached.part(part)[0].numel()]
+        if pairs:
+            out[part] = pooled_by_source([e for e, _ in pairs], [r for _, r in pairs], list(range(len(pairs))),
+                                         drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
+                                         cap=tol.consistency_prompt_cap).value
+    return out

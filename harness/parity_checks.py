@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.consistency import pooled_by_source, row_squares
+from harness.consistency import consistency_figures, reference_consistency
 from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logits
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
@@ -145,19 +145,6 @@ def check_hidden(engine: EngineApi, reference: ReferenceCache, fig: PromptFigure
                      local["mixers"].float())
 
 
-def reference_consistency(refs: list[ReferenceRun], tol: Tolerance) -> dict[str, float]:
-    """HF's own consistency per part (``prefill``, ``decode``) over the runs that measured it
-    (``harness.reference_cached``), pooled as the engine's figures are (each prompt's worst rows left out apart)."""
-    out = {}
-    for part in ("prefill", "decode"):
-        pairs = [r.cached.part(part) for r in refs if r.cached is not None and r.cached.part(part)[0].numel()]
-        if pairs:
-            out[part] = pooled_by_source([e for e, _ in pairs], [r for _, r in pairs], list(range(len(pairs))),
-                                         drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
-                                         cap=tol.consistency_prompt_cap).value
-    return out
-
-
 def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]], steps: int,
                tol: Tolerance, refs: list[ReferenceRun] | None = None) -> RunFigures:
     """The figures pooled over every prompt of the run (docs/PARITY.md): the accumulated per-layer update,
@@ -185,21 +172,8 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
         mixer_local_advisory=tol.mixer_advisory,
         reference_consistency=own,
     )
-    for mode, seqs in runs.items():
-        same = [(e, p, src) for p, e, src in seqs if e.shape == p.shape]
-        for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
-            squares = [(*row_squares(e[cut].float(), p[cut].float()), src) for e, p, src in same
-                       if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
-            if squares:
-                fig = pooled_by_source([e for e, _, _ in squares], [r for _, r, _ in squares], [s for _, _, s in squares],
-                                       drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
-                                       cap=tol.consistency_prompt_cap)
-                run.consistency[f"{part} {mode}"] = fig.value
-                run.consistency_tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part),
-                                                                                         fig.sources, len(fig.dropped))
-                if part == "decode":  # what a single sequence is held to: the same figure with no prompt left out
-                    single = tol.consistency_threshold(fig.rows, own.get(part), fig.sources)
-                    run.run_threshold = single if math.isnan(run.run_threshold) else max(run.run_threshold, single)
+    cons = consistency_figures(runs, steps, tol, own)
+    run.consistency, run.consistency_tolerances, run.run_threshold = cons.figures, cons.tolerances, cons.run_threshold
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself

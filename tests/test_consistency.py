@@ -76,3 +76,36 @@ def test_a_prompt_over_the_cap_is_never_left_out():
     sq = [_rows(16, r, i) for i, r in enumerate(honest + [0.155])]
     capped = pooled_by_source([e for e, _ in sq], [r for _, r in sq], list(range(9)), drop=0.1, per=8, cap=0.12)
     assert 8 not in capped.dropped and capped.value > 0.04
+
+
+def _logit_run(prompt_rel: float, decode_rel: float, seed: int, p: int = 12, n: int = 8):
+    """(one-call prefill logits, teacher-forced logits) of one sequence, [p + n, 50], the teacher-forced rows off by
+    ``prompt_rel`` on the prompt rows and ``decode_rel`` on the n decode rows."""
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(p + n, 50, generator=g) + 0.3
+    noise = torch.randn(p + n, 50, generator=g)
+    rel = torch.tensor([prompt_rel] * p + [decode_rel] * n).unsqueeze(-1)
+    return ref, ref + noise * (rel * ref.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True))
+
+
+def test_prompt_rows_on_a_gpu_are_anchored_to_hfs_decode_figure_as_well():
+    """HF's prompt-row figure may be exactly 0 at full size while the engine's batched prompt rows differ by its batch
+    variation (docs/results/h200-2026-12-05-b: honest 0.0589 against the 0.0375 floor): prompt rows take HF's decode
+    figure as the model's amplification, decode rows do not, and a prompt-row cut well past it still fails."""
+    from harness.consistency import consistency_figures
+    from harness.tolerances import K_PREFILL_AMPLIFICATION, get_tolerance
+
+    gpu = get_tolerance("bfloat16", "bfloat16").for_device("cuda")
+    own = {"prefill": 0.0, "decode": 0.048}  # the false reject's HF figures
+    honest = {"batched": [(*_logit_run(0.059, 0.057, s), s) for s in range(9)]}
+    figs = consistency_figures(honest, 8, gpu, own)
+    assert figs.figures["prefill batched"] == pytest.approx(0.059, rel=0.05)
+    assert figs.tolerances["prefill batched"] == pytest.approx(K_PREFILL_AMPLIFICATION * 0.048)
+    assert figs.figures["prefill batched"] < figs.tolerances["prefill batched"]
+    assert figs.tolerances["decode batched"] == pytest.approx(gpu.consistency_anchor_k * 0.048)
+    without = consistency_figures(honest, 8, gpu, {"prefill": 0.0})  # no HF decode figure: the floor alone
+    assert without.figures["prefill batched"] > without.tolerances["prefill batched"] == pytest.approx(gpu.consistency)
+    cut = consistency_figures({"batched": [(*_logit_run(0.15, 0.057, s), s) for s in range(9)]}, 8, gpu, own)
+    assert cut.figures["prefill batched"] > cut.tolerances["prefill batched"]
+    cpu = get_tolerance("bfloat16", "float32")  # the CPU has no anchor: its threshold is the floor
+    assert consistency_figures(honest, 8, cpu, own).tolerances["prefill batched"] == pytest.approx(cpu.consistency)

@@ -497,10 +497,10 @@ def test_reference_repairs_a_draft_that_is_not_greedy(reference):
 def test_reference_measures_its_own_consistency_and_a_gpu_threshold_is_anchored_to_it(reference):
     """HF's cached draft against its uncached forward, per row (harness.reference_cached): ~0 for the float32
     reference, the perturbation's size when its cached path is off; on a GPU the threshold follows it."""
-    from harness.parity_checks import reference_consistency
+    from harness.consistency import reference_consistency
     from harness.reference import Reference
     from harness.reference_cached import CachedRows
-    from harness.tolerances import K_CONSISTENCY_ANCHOR
+    from harness.tolerances import K_CONSISTENCY_ANCHOR, K_PREFILL_AMPLIFICATION
 
     tokens = make_prompts(5, reference.vocab_size, (17,))[0].tokens
     honest = reference.run(tokens, 6, rows=[0, 3, 16])
@@ -528,6 +528,13 @@ def test_reference_measures_its_own_consistency_and_a_gpu_threshold_is_anchored_
     assert gpu.consistency_threshold(200, None, 11) == gpu.consistency_threshold(200, None, 11, left_out=1)
     assert gpu.consistency_threshold(2, None) == gpu.consistency_for(2)
     assert 5 < K_CONSISTENCY_ANCHOR < 6.5  # 0.0375 / 0.0065
+    # prompt rows: HF's own prompt-row figure may be exactly 0 at full size, its decode figure measures the model's
+    # amplification (docs/results/h200-2026-12-05-b: honest 0.0589 against a floor of 0.0375, HF 0.0 / 0.048)
+    full = gpu.consistency_threshold(200, 0.0, 11, left_out=1, amplification=0.048)
+    assert full == pytest.approx(K_PREFILL_AMPLIFICATION * 0.048) and 0.0589 < full < 0.12
+    assert gpu.consistency_threshold(200, 0.03, 11, 1, amplification=0.001) == pytest.approx(K_CONSISTENCY_ANCHOR * 0.03)
+    assert gpu.consistency_threshold(200, 0.0, 11, 1, amplification=float("nan")) == gpu.consistency_for(200, 11)
+    assert cpu.consistency_threshold(200, 0.0, 11, left_out=1, amplification=0.048) == cpu.consistency_for(200, 11)
     with pytest.raises(ValueError, match="lack"):
         CachedRows.from_wire({"prefill_err2": [0.0]})
 
