@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.sampling_stats import could_be_kept, filtered_log_probs, sample_test
-from harness.serving_checks import ServingConfig, ServingFigures, _ends, _twins
+from harness.serving_checks import ServingConfig, ServingFigures, _ends, _logprob_errors, _twins, path_allowance
 from harness.serving_script import SAMPLED_SETTINGS, ScriptOutput, ScriptRequest, make_script, max_steps
 from harness.worker_script import run_script
 from test_engine_support import prompt, render_tiny
@@ -76,6 +76,29 @@ class _Ref:
 
 def _refs(lengths=(1, 3, 17, 40), steps: int = 6) -> list[_Ref]:
     return [_Ref(prompt(n, 10 + n), prompt(steps, 20 + n)) for n in lengths]
+
+
+def test_logprobs_from_a_row_reached_by_another_path_pass_within_its_noise_but_not_after_temperature():
+    """A sampled request's logprobs come from the row the scheduler computed, which lies from the judge's teacher-forced
+    row by the engine's path noise: near-ties among its top ids may swap (an honest CPU run's did, in CI). Within
+    ``path_allowance`` that passes (and without it most trials fail); logprobs after temperature still fail."""
+    g = torch.Generator().manual_seed(3)
+    path, k, bad = 0.009, 5, 0
+    for trial in range(40):
+        row = torch.randn(1, 4096, generator=g) * 2.2  # the judge's teacher-forced row
+        other = row + torch.randn(1, 4096, generator=g) * (path * float(row.square().mean().sqrt()))  # the scheduler's
+        ls = torch.log_softmax(other[0].double(), -1)
+        top = torch.topk(ls, k)
+        tok = int(top.indices[0])
+        out = ScriptOutput([tok], "length", [(tok, float(ls[tok]), [(int(i), float(v)) for i, v in zip(top.indices, top.values)])])
+        d = 1e-5 + path_allowance(row[0], path)
+        assert _logprob_errors(out, row, 1, [2 * d + 1e-4], k) is None, trial
+        bad += _logprob_errors(out, row, 1, [2e-5 + 1e-4], k) is not None  # with no allowance for the path
+        hot = torch.log_softmax(other[0].double() / 0.5, -1)  # after temperature 0.5
+        wrong = ScriptOutput([tok], "length", [(tok, float(hot[tok]), [(int(i), float(hot[i])) for i in top.indices])])
+        assert "before temperature" in (_logprob_errors(wrong, row, 1, [2 * d + 1e-4], k) or "")
+    assert bad > 20  # the allowance is what lets them through
+    assert path_allowance(row[0], 0.0) == 0.0
 
 
 def test_the_script_is_drawn_from_its_seed():
