@@ -109,11 +109,19 @@ def row_squares(engine: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Te
 class ConsistencyFigures:
     """A run's consistency figures (``RunFigures.consistency``), each with its threshold, keyed ``"{part} {mode}"``
     (part ``prefill`` or ``decode``; mode ``alone``, ``batched``, ``wide``), and ``run_threshold``: what a single
-    sequence's decode figure is held to (NaN when no decode figure was measured)."""
+    sequence's decode figure is held to (NaN when no decode figure was measured), and ``path_cap``: the most of
+    the engine's own path noise the judge's other checks allow for (``parity_checks.path_noise``): the decode
+    figures' thresholds without the ``K_CONSISTENCY_ANCHOR`` anchor but with the amplification one.
+
+    Why the cap: a decode figure may sit anywhere under its threshold, which at full size is 5.8x HF's (0.27-0.30
+    against honest 0.053-0.060); an engine that pads its decode rows with noise up to it would widen every
+    allowance scaled by its path noise (greedy self rule, sampled logprobs and draws, the bench's replay) about 5x.
+    """
 
     figures: dict[str, float] = field(default_factory=dict)
     tolerances: dict[str, float] = field(default_factory=dict)
     run_threshold: float = math.nan
+    path_cap: float = math.nan
 
 
 def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, int]]], steps: int, tol: Tolerance,
@@ -126,7 +134,8 @@ def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, i
         steps: n, the decode rows at the end of each sequence (0: prompt rows only).
         tol: the run's tolerance; ``own``: HF's own figures by part (``reference_consistency``; empty: none).
     Thresholds (``Tolerance.consistency_threshold``): by the rows and prompts pooled, anchored to HF's figure of the
-    same part, and prompt rows also to HF's decode figure (its model's amplification; HF's prompt-row figure is often 0).
+    same part, and batched and wide prompt rows also to HF's decode figure (its model's amplification; HF's prompt-row
+    figure is often 0).
     """
     out = ConsistencyFigures()
     for mode, seqs in runs.items():
@@ -140,12 +149,16 @@ def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, i
                                    drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
                                    cap=tol.consistency_prompt_cap)
             out.figures[f"{part} {mode}"] = fig.value
-            amp = own.get("decode") if part == "prefill" else None
+            # batch variation moves batched and wide prompt rows, not a prompt's own one-call rows
+            amp = own.get("decode") if part == "prefill" and mode != "alone" else None
             out.tolerances[f"{part} {mode}"] = tol.consistency_threshold(fig.rows, own.get(part), fig.sources,
                                                                          len(fig.dropped), amplification=amp)
             if part == "decode":  # what a single sequence is held to: the same figure with no prompt left out
                 single = tol.consistency_threshold(fig.rows, own.get(part), fig.sources)
                 out.run_threshold = single if math.isnan(out.run_threshold) else max(out.run_threshold, single)
+                cap = tol.consistency_threshold(fig.rows, None, fig.sources, len(fig.dropped),
+                                                amplification=own.get("decode"))
+                out.path_cap = cap if math.isnan(out.path_cap) else max(out.path_cap, cap)
     return out
 
 

@@ -170,9 +170,8 @@ def stage_parity(ctx: StageContext) -> StageOutcome:
                      serving="quick" if a.parity_lengths or a.parity_steps else "full", **quick)
     if ctx.shared.get("reference") is not None:
         ctx.shared.pop("reference").close()
-    decode = [x for k, x in res.consistency.items() if k.startswith("decode") and math.isfinite(x)]
-    if res.ok and decode:  # the engine's own path noise, for the bench's replay check (harness.bench_replay)
-        ctx.shared["path_noise"] = max(decode)
+    if res.ok and math.isfinite(res.path_noise):  # the engine's own path noise, for the bench's replay check
+        ctx.shared["path_noise"] = res.path_noise  # (harness.bench_replay), capped as parity's allowances are
     return _parity_outcome(res)
 
 

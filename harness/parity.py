@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from harness.nonce import prompt_seed
-from harness.parity_checks import evaluate
+from harness.parity_checks import evaluate, path_noise
 from harness.parity_engine import EngineApi
 from harness.parity_progress import Phase
 from harness.parity_rows import logit_rows
@@ -236,6 +236,7 @@ def run_parity(
         consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
         reference_consistency=dict(run.reference_consistency),
         serving=asdict(run.serving) if run.serving is not None else None,
+        path_noise=path_noise(run, tol) if run.consistency else float("nan"),
     )
 
 

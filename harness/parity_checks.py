@@ -66,10 +66,13 @@ def judge_greedy_self(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, gr
 
 def path_noise(run: RunFigures, tol: Tolerance) -> float:
     """The engine's own path noise, relative to a row: its largest decode consistency figure of the run (teacher-forced
-    decode rows against its own prefill of the same tokens), or the decode consistency threshold where none was
-    measured or a figure is not finite (then another check fails anyway)."""
+    decode rows against its own prefill of the same tokens), at most ``run.path_cap`` (``ConsistencyFigures``: what
+    an honest engine's figure may be, so that noise added to pass it buys no wider allowance), or the decode
+    consistency threshold where none was measured or a figure is not finite (then another check fails anyway)."""
     xs = [x for k, x in run.consistency.items() if k.startswith("decode")]
-    return max(xs) if xs and all(math.isfinite(x) for x in xs) else tol.consistency
+    if not xs or not all(math.isfinite(x) for x in xs):
+        return tol.consistency
+    return min(max(xs), run.path_cap) if math.isfinite(run.path_cap) else max(xs)
 
 
 @dataclass
@@ -174,6 +177,7 @@ def run_checks(hidden: list[HiddenRun], runs: dict[str, list[tuple[torch.Tensor,
     )
     cons = consistency_figures(runs, steps, tol, own)
     run.consistency, run.consistency_tolerances, run.run_threshold = cons.figures, cons.tolerances, cons.run_threshold
+    run.path_cap = cons.path_cap
     run.failures = [f"layer-local update of layers.{l} rel err {x:.3g} > {t:.3g}"
                     for l, (x, t) in enumerate(zip(run.local_update_errors, run.local_update_tolerances, strict=True))
                     if not x <= t]  # first: a layer-local failure names the layer itself

@@ -82,6 +82,7 @@ class RunFigures:
             prefill of the same tokens (``Tolerance.consistency``).
         consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own
             figure (``Tolerance.consistency_threshold``).
+        path_cap: the most path noise the other checks allow for (``harness.consistency.ConsistencyFigures``).
         run_threshold: a single sequence's decode threshold (no prompt to leave out: ``Tolerance.consistency_run_k``),
             the largest over the decode figures' rows and anchors; what the serving script's path checks are held to.
         reference_consistency: ``prefill``, ``decode``: HF's own cached path against its uncached forward on the
@@ -101,6 +102,7 @@ class RunFigures:
     consistency: dict[str, float] = field(default_factory=dict)
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
     run_threshold: float = math.nan
+    path_cap: float = math.nan
     reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     advisories: list[str] = field(default_factory=list)
@@ -136,6 +138,8 @@ class ParityResult:
         local_update_errors, local_update_tolerances, local_logits_err, mixer_local_errors, mixer_local_tolerance,
             mixer_local_advisory, consistency, consistency_tolerances, reference_consistency, advisories, serving (as a dict): the
             run-level figures of ``RunFigures``.
+        path_noise: the engine's path noise the run's allowances used (``parity_checks.path_noise``); NaN when no
+            run-level figure was measured.
     """
 
     ok: bool
@@ -170,6 +174,7 @@ class ParityResult:
     reference_consistency: dict[str, float] = field(default_factory=dict)
     advisories: list[str] = field(default_factory=list)
     serving: dict | None = None
+    path_noise: float = math.nan
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""

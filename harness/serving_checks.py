@@ -71,6 +71,8 @@ class ServingFigures:
         equal_batch: equal-length prompts together against alone (``path_checks.check_equal_batch``).
         twins_differ / pairs: sampled pairs whose two requests sampled differently, of all pairs; lockstep_pairs: of
         those pairs, the ones that ran in lockstep; twins_differ_first: pairs apart that differed at their first token.
+        slack: the largest |alone − batched| logit over the prompts; path: the engine's path noise
+            (``parity_checks.path_noise``); both widen the per-row allowances.
         failures: every broken check, in words.
     """
 
@@ -87,6 +89,8 @@ class ServingFigures:
     equal_batch: float = math.nan
     lockstep_pairs: int = 0
     twins_differ_first: int = 0
+    slack: float = math.nan
+    path: float = math.nan
     failures: list[str] = field(default_factory=list)
 
 
@@ -150,7 +154,7 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
     top-1 of the engine's own row reached by another path.
     Raises what the engine's worker raises (the caller makes it the parity verdict).
     """
-    fig = ServingFigures()
+    fig = ServingFigures(path=path)
     script = make_script(refs, slots, cfg.seed, sampled_pairs=cfg.pairs, sampled_tokens=cfg.tokens, eos=cfg.eos)
     reply = engine.script([r.prompt for r in refs], [r.to_wire() for r in script], max_steps(script, refs))
     outs = {int(k): ScriptOutput.from_wire(v) for k, v in reply["outputs"].items()}
@@ -174,6 +178,7 @@ def check_serving(engine: EngineApi, refs: list[ReferenceRun], alone: list[torch
         return _done(fig, bad + leak)
     slack = max((float(torch.nan_to_num((a - b).abs(), nan=0.0, posinf=0.0).amax()) for a, b in zip(alone, batched)),
                 default=0.0)
+    fig.slack = slack
     longs = [(refs[r.ref].prompt, outs[r.rid].tokens) for r in script
              if r.kind == "long" and r.rid in outs and len(outs[r.rid].tokens) == r.max_tokens]
     if longs:
@@ -207,10 +212,16 @@ def path_allowance(row: torch.Tensor, path: float) -> float:
 
     Why: the scheduler reaches a row through other batches and other prefill pieces than the judge's teacher-forced
     ``prefill()``/``decode()``; on the CPU, where batches agree exactly (slack 0), a sampled request's top-3
-    logprobs swapped a near-tie at token 3 with no allowance for that (a CI run in session 19, the ``first_token_repeated`` attempt).
-    A logprob of the wrong row (after temperature, before the filters' renormalisation) errs by far more.
+    logprobs swapped a near-tie at token 3 with no allowance for that (a CI run in session 19, the
+    ``first_token_repeated`` attempt).
+    Non-finite entries do not enter the rms (another check fails them). The path noise is capped at what an honest
+    engine's may be (``parity_checks.path_noise``), so padding the decode rows with noise buys no wider allowance.
     """
-    return ROW_Z * path * float(row.double().square().mean().sqrt()) if path > 0 else 0.0
+    if not path > 0:
+        return 0.0
+    r = row.double()
+    r = r[torch.isfinite(r)]
+    return ROW_Z * path * float(r.square().mean().sqrt()) if r.numel() else 0.0
 
 
 def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tensor, eb: torch.Tensor, tie_floor: float,

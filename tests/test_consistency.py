@@ -109,3 +109,36 @@ def test_prompt_rows_on_a_gpu_are_anchored_to_hfs_decode_figure_as_well():
     assert cut.figures["prefill batched"] > cut.tolerances["prefill batched"]
     cpu = get_tolerance("bfloat16", "float32")  # the CPU has no anchor: its threshold is the floor
     assert consistency_figures(honest, 8, cpu, own).tolerances["prefill batched"] == pytest.approx(cpu.consistency)
+    alone = consistency_figures({"alone": honest["batched"]}, 8, gpu, own)  # a prompt's own rows: no batch variation
+    assert alone.tolerances["prefill alone"] == pytest.approx(gpu.consistency)
+    assert alone.figures["prefill alone"] > alone.tolerances["prefill alone"]
+
+
+def test_run_threshold_and_the_path_cap_follow_the_decode_figures():
+    """``run_threshold``: the decode threshold with no prompt left out, over the modes; ``path_cap``: the decode
+    thresholds without HF's 5.8x anchor but with its 2x amplification one, so that an engine padding its decode rows
+    with noise under the loose full-size threshold buys no wider allowance (``parity_checks.path_noise``)."""
+    from harness.consistency import consistency_figures
+    from harness.parity_checks import path_noise
+    from harness.parity_result import RunFigures
+    from harness.tolerances import K_PREFILL_AMPLIFICATION, get_tolerance
+
+    gpu = get_tolerance("bfloat16", "bfloat16").for_device("cuda")
+    own = {"prefill": 0.02, "decode": 0.05}
+    runs = {"alone": [(*_logit_run(0.01, 0.055, s), s) for s in range(9)],
+            "batched": [(*_logit_run(0.04, 0.058, s + 20), s) for s in range(9)],
+            "skipped": [(torch.ones(3, 50), torch.ones(4, 50), 0)]}  # unequal shapes: another check reports them
+    figs = consistency_figures(runs, 8, gpu, own)
+    assert set(figs.figures) == {"prefill alone", "decode alone", "prefill batched", "decode batched"}
+    assert figs.run_threshold == pytest.approx(gpu.consistency_anchor_k * 0.05)
+    assert figs.path_cap == pytest.approx(K_PREFILL_AMPLIFICATION * 0.05)
+    run = RunFigures(consistency=figs.figures, path_cap=figs.path_cap)
+    assert path_noise(run, gpu) == pytest.approx(max(figs.figures["decode alone"], figs.figures["decode batched"]))
+    padded = consistency_figures({"alone": [(*_logit_run(0.01, 0.25, s), s) for s in range(9)]}, 8, gpu, own)
+    assert padded.figures["decode alone"] < padded.tolerances["decode alone"]  # passes the loose threshold ...
+    assert path_noise(RunFigures(consistency=padded.figures, path_cap=padded.path_cap), gpu) == pytest.approx(0.1)
+    assert consistency_figures(runs, 0, gpu, own).figures.keys() == {"prefill alone", "prefill batched"}
+    assert math.isnan(consistency_figures(runs, 0, gpu, own).run_threshold)
+    cpu = get_tolerance("bfloat16", "float32")  # on the CPU the cap is the threshold itself: it never binds
+    c = consistency_figures(runs, 8, cpu, own)
+    assert c.path_cap == pytest.approx(max(c.tolerances["decode alone"], c.tolerances["decode batched"]))

@@ -81,7 +81,8 @@ def _refs(lengths=(1, 3, 17, 40), steps: int = 6) -> list[_Ref]:
 def test_logprobs_from_a_row_reached_by_another_path_pass_within_its_noise_but_not_after_temperature():
     """A sampled request's logprobs come from the row the scheduler computed, which lies from the judge's teacher-forced
     row by the engine's path noise: near-ties among its top ids may swap (an honest CPU run's did, in CI). Within
-    ``path_allowance`` that passes (and without it most trials fail); logprobs after temperature still fail."""
+    ``path_allowance`` that passes (and without it most trials fail); logprobs after temperature 0.5 or 1.2 still fail
+    at the CPU's largest path noise (on a full-size GPU run the allowance is larger: docs/PARITY.md, "Serving script")."""
     g = torch.Generator().manual_seed(3)
     path, k, bad = 0.009, 5, 0
     for trial in range(40):
@@ -94,9 +95,11 @@ def test_logprobs_from_a_row_reached_by_another_path_pass_within_its_noise_but_n
         d = 1e-5 + path_allowance(row[0], path)
         assert _logprob_errors(out, row, 1, [2 * d + 1e-4], k) is None, trial
         bad += _logprob_errors(out, row, 1, [2e-5 + 1e-4], k) is not None  # with no allowance for the path
-        hot = torch.log_softmax(other[0].double() / 0.5, -1)  # after temperature 0.5
-        wrong = ScriptOutput([tok], "length", [(tok, float(hot[tok]), [(int(i), float(hot[i])) for i in top.indices])])
-        assert "before temperature" in (_logprob_errors(wrong, row, 1, [2 * d + 1e-4], k) or "")
+        for t in (0.5, 1.2):  # after temperature, at the CPU's largest path noise
+            hot = torch.log_softmax(other[0].double() / t, -1)
+            wrong = ScriptOutput([tok], "length", [(tok, float(hot[tok]), [(int(i), float(hot[i])) for i in top.indices])])
+            cpu_cap = 1e-5 + path_allowance(row[0], 0.0125)
+            assert _logprob_errors(wrong, row, 1, [2 * cpu_cap + 1e-4], k) is not None, (trial, t)
     assert bad > 20  # the allowance is what lets them through
     assert path_allowance(row[0], 0.0) == 0.0
 

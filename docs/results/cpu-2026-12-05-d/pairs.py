@@ -2,15 +2,17 @@
 import argparse, json, sys, tempfile, shutil, importlib
 from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]; sys.path.insert(0, str(ROOT))
+import harness.consistency as hc
 import harness.parity_checks as pc
 CALLS = []
-_opbs = pc.pooled_by_source
+_opbs = hc.pooled_by_source
 def pbs(err2, ref2, sources, **kw):
     import inspect
-    if inspect.stack()[1].function == "run_checks":  # not HF's own (reference_consistency)
+    # the engine's figures (consistency_figures since 52a182c, run_checks before), not HF's own (reference_consistency)
+    if inspect.stack()[1].function in ("consistency_figures", "run_checks"):
         CALLS.append([(e.tolist(), r.tolist()) for e, r in zip(err2, ref2)])
     return _opbs(err2, ref2, sources, **kw)
-pc.pooled_by_source = pbs
+hc.pooled_by_source = pbs
 SRC = {}
 _orig_rc = pc.run_checks
 def rc(hidden, runs, steps, tol, refs=None):
