@@ -85,3 +85,35 @@ def test_a_consistency_kill_names_hfs_own_figure():
     assert line.startswith("run-level: consistency (decode alone)") and line.endswith("(HF's own: prefill 0.0003, decode 0.0052)")
     res.reference_consistency = {}
     assert "HF's own" not in _figure(res)
+
+
+_OOM_AT_LOAD = Edit("engine/__init__.py", "    tunables = load_tunables()\n",
+                    "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 258.00 MiB')\n", count=1)
+
+
+def test_a_failing_unmutated_engine_judges_no_mutant(tmp_path, tiny_checkpoint):
+    """When the control fails (here: its load runs out of device memory, as a full-size engine beside a bf16 reference
+    did on an 80 GB card), no mutant is run: a mutant rejected beside a failing control proves nothing about parity."""
+    from metainfer.mutants.runner import run_suite
+
+    engine = render_engine(make_target(TINY, "nvfp4", "cpu"), tmp_path / "r")
+    broken = apply_mutant(Mutant("oom", "load", "shared", (_OOM_AT_LOAD,)), engine, tmp_path / "broken" / engine.name)
+    chosen = tuple(m for m in catalogue(window_for((3, 17), 2)) if m.name in ("rope_theta", "route_topk"))
+    suite = run_suite(broken, tiny_checkpoint("nvfp4"), chosen, quant="nvfp4", lengths=(3, 17), steps=2)
+    assert suite.baseline.verdict == "FAIL" and "OutOfMemoryError" in suite.baseline.figure
+    assert [o.verdict for o in suite.outcomes] == ["not run", "not run"] and all(o.seconds == 0.0 for o in suite.outcomes)
+    assert not suite.ok and suite.killed == 0 and suite.applicable == []
+
+
+def test_a_mutant_that_runs_out_of_memory_is_an_error_not_a_kill():
+    from harness.parity_result import ParityResult
+    from metainfer.mutants.runner import MutantOutcome, SuiteResult, _verdict
+
+    res = ParityResult(False, float("nan"), 0.7, float("nan"), 0.7, None, None, [], 1, "bfloat16", "unknown", {}, 32, "cuda",
+                       error="EngineError: OutOfMemoryError: CUDA out of memory. Tried to allocate 258.00 MiB.")
+    assert _verdict(res) == "error"
+    res.error = "EngineError: RuntimeError: shape mismatch"
+    assert _verdict(res) == "killed"  # a mutant that breaks the engine outright is rejected by parity
+    base = MutantOutcome("(unmutated)", "nothing", "-", "pass", "", 1.0)
+    suite = SuiteResult(base, [MutantOutcome("a", "x", "shared", "killed", "", 1.0), MutantOutcome("b", "x", "shared", "error", "", 1.0)])
+    assert suite.score == 0.5 and not suite.ok

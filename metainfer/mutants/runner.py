@@ -27,8 +27,10 @@ class MutantOutcome:
         name, breaks, path: from the mutant (``path``: ``shared`` / ``reference+triton``; ``-`` for the
             unmutated engine).
         verdict: ``killed`` (parity rejected it), ``survived`` (parity passed it), ``drift`` (its
-            source patch no longer applies to the template), ``n/a`` (other weight format), or for the
-            unmutated engine ``pass`` / ``FAIL``.
+            source patch no longer applies to the template), ``n/a`` (other weight format), ``error`` (the
+            run ran out of device memory: the machine's verdict, not parity's, so it counts as not killed),
+            ``not run`` (the unmutated engine failed, so no mutant is judged), or for the unmutated engine
+            ``pass`` / ``FAIL``.
         figure: the first check that failed (or the worst figures when none did).
         seconds: wall time of its parity run.
     """
@@ -50,7 +52,7 @@ class SuiteResult:
 
     @property
     def applicable(self) -> list[MutantOutcome]:
-        return [o for o in self.outcomes if o.verdict != "n/a"]
+        return [o for o in self.outcomes if o.verdict not in ("n/a", "not run")]
 
     @property
     def killed(self) -> int:
@@ -93,6 +95,17 @@ def apply_mutant(mutant: Mutant, engine_dir: Path, dest: Path) -> Path:
             )
         path.write_text(text.replace(e.old, e.new))
     return dest
+
+
+def _verdict(result) -> str:
+    """``survived`` when parity passed, ``error`` when the engine ran out of device memory (a full GPU proves
+    nothing about the mutated op), else ``killed``."""
+    if result.ok:
+        return "survived"
+    return "error" if result.error and _OOM in result.error else "killed"
+
+
+_OOM = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as harness.worker relays an engine's exception
 
 
 def _figure(result) -> str:
@@ -214,7 +227,9 @@ def run_suite(
             suite = SuiteResult(baseline)
             for m in mutants:
                 t0 = time.perf_counter()
-                if m.quant and m.quant != quant:
+                if not base.ok:  # a mutant rejected beside a failing control says nothing about parity
+                    out = MutantOutcome(m.name, m.breaks, m.path, "not run", "the unmutated engine failed parity", 0.0)
+                elif m.quant and m.quant != quant:
                     out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"{m.quant} targets only", 0.0)
                 elif longest < m.min_tokens or m_steps < m.min_steps:
                     out = MutantOutcome(m.name, m.breaks, m.path, "n/a", f"needs prompts of >= {m.min_tokens} tokens and "
@@ -226,7 +241,7 @@ def run_suite(
                         out = MutantOutcome(m.name, m.breaks, m.path, "drift", str(err)[:140], 0.0)
                     else:
                         res = judge(copy, m_lengths, m_steps)
-                        out = MutantOutcome(m.name, m.breaks, m.path, "survived" if res.ok else "killed", _figure(res),
+                        out = MutantOutcome(m.name, m.breaks, m.path, _verdict(res), _figure(res),
                                             time.perf_counter() - t0)
                         shutil.rmtree(copy.parent, ignore_errors=True)
                 suite.outcomes.append(out)
