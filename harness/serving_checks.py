@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.parity_engine import EngineApi
-from harness.parity_metrics import ROW_Z, batch_variation, greedy_agreement, greedy_self_agreement
+from harness.parity_metrics import ROW_Z, batch_variation, greedy_agreement, greedy_self_agreement, path_allowance
 from harness.path_checks import LONG_FLOOR, LONG_K, check_equal_batch, check_long_decode, check_pieces
 from harness.reference import ReferenceRun
 from harness.sampling_stats import sample_test
@@ -204,24 +204,6 @@ def _capacity(engine: EngineApi, refs: list[ReferenceRun], slots: int) -> list[s
                 f"({str(err)[:240]}): a finished or aborted request kept its slot"]
     engine.release(list(res["slots"]))
     return []
-
-
-def path_allowance(row: torch.Tensor, path: float) -> float:
-    """How far one logit of ``row`` [V] may lie from the same row reached by another path of the engine: ``ROW_Z``
-    of the engine's path noise ``path`` (relative to a row: its decode consistency figure) times the row's rms.
-
-    Why: the scheduler reaches a row through other batches and other prefill pieces than the judge's teacher-forced
-    ``prefill()``/``decode()``; on the CPU, where batches agree exactly (slack 0), a sampled request's top-3
-    logprobs swapped a near-tie at token 3 with no allowance for that (a CI run in session 19, the
-    ``first_token_repeated`` attempt).
-    Non-finite entries do not enter the rms (another check fails them). The path noise is capped at what an honest
-    engine's may be (``parity_checks.path_noise``), so padding the decode rows with noise buys no wider allowance.
-    """
-    if not path > 0:
-        return 0.0
-    r = row.double()
-    r = r[torch.isfinite(r)]
-    return ROW_Z * path * float(r.square().mean().sqrt()) if r.numel() else 0.0
 
 
 def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tensor, eb: torch.Tensor, tie_floor: float,

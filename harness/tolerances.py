@@ -57,7 +57,8 @@ class Tolerance:
         consistency_anchor_k: the threshold is at least this many times HF's own figure on the same rows
             (``consistency_threshold``); 0: no anchor (the CPU, where the thresholds were set against a float32 HF).
         consistency_amp_k: ... and at least this many times HF's own decode figure (its model's amplification of a
-            rounding-level difference in a row), for figures whose own HF figure is no measure of it (prompt rows).
+            rounding-level difference in a row), for figures whose own HF figure is no measure of it (batched and wide
+            prompt rows: a batch of other prompts around them).
         mixer_advisory: the token-mixer check (``mixer_local``) is recorded but fails nothing (where its threshold has
             not been measured yet: CUDA against a bfloat16 reference, ``for_device``).
     """
@@ -98,8 +99,8 @@ class Tolerance:
         (``harness.reference_cached``, pooled alike) is ``reference``: ``consistency_for(rows, prompts)``, times
         ``consistency_run_k`` when no prompt was left out (a figure of fewer prompts, or a single sequence's, keeps
         the flip a left-out prompt would have taken), or ``consistency_anchor_k · reference`` when that is larger, or
-        ``consistency_amp_k · amplification`` (HF's own decode figure, passed for prompt rows) when that is larger
-        (0 or None: no anchor).
+        ``consistency_amp_k · amplification`` (HF's own decode figure, passed for batched and wide prompt rows) when
+        that is larger (0 or None: no anchor).
 
         Why: the engine's decode path against its prefill path differs by what its kernels round differently; HF's
         bf16 model differs by what its own do. The H200's tiny-model figures put the threshold at
@@ -135,8 +136,9 @@ class Tolerance:
     def for_device(self, device: str) -> Tolerance:
         """This tolerance on ``device``: on ``cuda[:N]`` the layer-local thresholds times ``CUDA_LOCAL_SCALE``, the
         consistency threshold times ``CUDA_CONSISTENCY_SCALE`` and anchored to HF's own figure by
-        ``K_CONSISTENCY_ANCHOR`` (prompt rows also to HF's decode figure by ``K_PREFILL_AMPLIFICATION``) (measured on the H200, see their comments), and the token-mixer check advisory unless
-        the reference is float32 (``MIXER_BINDING_REFERENCES``); unchanged elsewhere."""
+        ``K_CONSISTENCY_ANCHOR`` (batched and wide prompt rows also to HF's decode figure by
+        ``K_PREFILL_AMPLIFICATION``; measured on the H200, see their comments), and the token-mixer check advisory unless the reference is float32
+        (``MIXER_BINDING_REFERENCES``); unchanged elsewhere."""
         if not str(device).startswith("cuda"):
             return self
         return replace(self, local_k=self.local_k * CUDA_LOCAL_SCALE, local_logits=self.local_logits * CUDA_LOCAL_SCALE,
@@ -244,8 +246,9 @@ ANCHOR_CONSISTENCY_H200 = 0.0065
 #: is measured in every run with a bf16 reference; docs/PARITY.md, "On the H200"). A float32 reference's own
 #: figure is ~1e-6, so the anchor binds only against a bf16 reference.
 K_CONSISTENCY_ANCHOR = CUDA_CONSISTENCY / ANCHOR_CONSISTENCY_H200
-#: On a GPU a prompt-row consistency figure's threshold is also at least this many times HF's own decode figure on the
-#: same prompts. Measured on the H200 (full-size engine against itself, three gates: docs/results/h200-2026-12-05-b):
+#: On a GPU a batched or wide prompt-row consistency figure's threshold is also at least this many times HF's own
+#: decode figure on the same prompts (a prompt's rows alone see no batch variation and keep HF's prompt-row anchor).
+#: Measured on the H200 (full-size engine against itself, three gates: docs/results/h200-2026-12-05-b):
 #: the engine's batched and wide prompt-row figures are 0.78-1.24x HF's decode figure (0.037-0.059 against
 #: 0.048-0.051), while HF's own prompt-row figure ranged from exactly 0 to 0.021 between prompt draws; with it
 #: as the only anchor an honest gate failed at 0.0589 against the 0.0375 floor. At 2 the honest figures sit at 0.62 or

@@ -814,3 +814,15 @@ def test_redraft_ties_are_within_two_bf16_steps_of_the_rows_top():
     assert not near_ties(rows, [0, 0, 2]) and not near_ties(rows, [1, 1, 2])
     edge = torch.tensor([[8.0, 8.0 - 8 * REDRAFT_TIE_REL * 1.01]])
     assert not near_ties(edge, [1]) and near_ties(edge * 0 + torch.tensor([[8.0, 8.0 - 8 * REDRAFT_TIE_REL]]), [1])
+
+
+def test_one_minus_inf_logit_does_not_widen_the_greedy_self_bound():
+    """An engine row with a masked (-inf) logit somewhere keeps its finite scale: the floor and path allowances take
+    max|e| and rms over the finite entries only, so a token far below the top still fails (before, inf bound)."""
+    ref = [0, 1]
+    e = torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    e[0, 0], e[1, 1], e[1, 7] = 5.0, 5.0, -2.0
+    e[1, 40] = -math.inf
+    at, ratio = greedy_self_agreement([0, 7], ref, e, floor_rel=0.01, path=0.01)
+    assert at == 1 and math.isfinite(ratio) and ratio > 1.0
+    assert greedy_self_agreement(ref, ref, e, floor_rel=0.01, path=0.01) == (2, 0.0)

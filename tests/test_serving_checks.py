@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from harness.sampling_stats import could_be_kept, filtered_log_probs, sample_test
-from harness.serving_checks import ServingConfig, ServingFigures, _ends, _logprob_errors, _twins, path_allowance
+from harness.parity_metrics import path_allowance
+from harness.serving_checks import ServingConfig, ServingFigures, _ends, _logprob_errors, _twins
 from harness.serving_script import SAMPLED_SETTINGS, ScriptOutput, ScriptRequest, make_script, max_steps
 from harness.worker_script import run_script
 from test_engine_support import prompt, render_tiny
