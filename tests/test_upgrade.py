@@ -146,13 +146,20 @@ def _state(runs: Path) -> tuple[str, dict]:
 
 
 def _sibling(folder: Path) -> Path:
-    """A qwen3.6-tiny config with real fact changes: 32 experts top-8, full attention every 2nd layer, 8 heads, I=96."""
+    """A qwen3.6-tiny config with real fact changes: 32 experts top-8, full attention every 8th layer (only the last),
+    8 heads, I=96.
+
+    Why every 8th and not every 2nd: on the CPU the consistency thresholds are fixed numbers calibrated on the registered
+    layout (every 4th layer, as the real models), and nearly all of an honest engine's path noise starts in its
+    full-attention layers and grows through the layers after them. Every 2nd layer put the honest quick gate's wide
+    prompt-row figure at 0.77-1.09 of its threshold (3 of 16 prompt draws over it: a CI flake); every 8th at 0.03
+    (docs/results/cpu-2026-12-05-g, docs/PARITY.md "Consistency on other layouts")."""
     from metainfer.targets import get_model
 
     cfg = copy.deepcopy(get_model(NEW_MODEL).config)
     t = cfg["text_config"]
-    t.update(num_experts=32, num_experts_per_tok=8, num_attention_heads=8, moe_intermediate_size=96, full_attention_interval=2)
-    t["layer_types"] = ["full_attention" if (i + 1) % 2 == 0 else "linear_attention" for i in range(t["num_hidden_layers"])]
+    t.update(num_experts=32, num_experts_per_tok=8, num_attention_heads=8, moe_intermediate_size=96, full_attention_interval=8)
+    t["layer_types"] = ["full_attention" if (i + 1) % 8 == 0 else "linear_attention" for i in range(t["num_hidden_layers"])]
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder
