@@ -367,6 +367,16 @@ def test_the_replay_check_holds_timed_tokens_to_the_engines_own_teacher_forced_r
         calls[0] = (prompts, moved)
         with pytest.raises(BenchError, match=r"1 of 24 tokens.*sequence 2, token 5.*computes otherwise when benchmarked"):
             check_replay(runner, calls, 0.0)
+        # a call may hold one token over the bound per flip_tokens of its tokens (a router near-tie): the moved token
+        # passes where the call's 24 tokens allow one, and a second moved token does not
+        flip = check_replay(runner, calls, 0.0, flip_tokens=24)
+        assert (flip.over, flip.allowed) == (1, 1) and flip.worst > 1.0
+        twice = [list(o) for o in moved]
+        res = w.call("engine.prefill", prompts=[prompts[1] + calls[0][1][1][:5]])
+        w.call("engine.release", slots=res["slots"])
+        twice[1][5] = int(res["logits"][0][-1].double().topk(2).indices[1])
+        with pytest.raises(BenchError, match=r"2 of 24 tokens.*may hold 1, one per 24 tokens"):
+            check_replay(runner, [(prompts, twice)], 0.0, flip_tokens=24)
         gap = float(row.max() - row[runner_up])
         assert check_replay(runner, calls, gap / (6 * float(row.square().mean().sqrt())) * 1.01).over == 0
         assert check_replay(runner, calls, None).skipped
