@@ -224,6 +224,7 @@ def test_the_bench_replays_timed_calls_at_the_path_noise_parity_measured(rendere
     noise = max(x for k, x in data["parity"]["consistency"].items() if k.startswith("decode"))
     rc = data["bench"]["replay_check"]
     assert rc["noise"] == noise >= 0 and rc["calls"] == 4 and rc["tokens"] == 2 * (4 * 8 + 1) and rc["over"] == 0, rc
+    assert rc["allowed"] == 0  # the CPU shapes' calls are shorter than REPLAY_FLIP_TOKENS: every token is held to the bound
     gate(rendered, tiny_checkpoint("bf16"), tmp_path, ("bench",), baseline=rendered)
     assert "parity" in json.loads((tmp_path / "gate.json").read_text())["bench"]["replay_check"]["skipped"]
 
