@@ -17,9 +17,9 @@ forced decode rows against its own prefill of the same tokens, relative L2, so `
 per-id difference between two of its paths) and z = ``REPLAY_Z``. An honest engine computes the same rows in the
 replay as in ``generate`` up to that noise; a cut armed in ``generate`` shows at every token it flipped.
 
-A call of N tokens may hold ``N // REPLAY_FLIP_TOKENS`` tokens over the bound: a router near-tie that ``generate``
-resolved otherwise than the replay swaps an expert for one token, a discrete jump of its row that no noise bound
-covers (the honest tiny engine on an H100: 1 of 8,192 tokens of a conc32 call at 2.23x the bound). A precision cut
+A call of N tokens may hold ``N // REPLAY_FLIP_TOKENS`` tokens over the bound, each the runner-up of its replayed row
+(a finite gap, one id above it): a router near-tie that ``generate`` resolved otherwise than the replay swaps an expert
+for one token, a discrete jump of its row that no noise bound covers (the honest tiny engine on an H100: 1 of 8,192 tokens of a conc32 call at 2.23x the bound). A precision cut
 moves every row and flips every near-tie within its move, far more than one token in 4,096. Calls on the CPU's bench
 shapes are shorter than that, so there every token is held to the bound.
 """
@@ -35,7 +35,7 @@ from harness.workloads import BenchError
 
 #: ids per row may each move by this many of the engine's per-id path noise
 REPLAY_Z = 3.0
-#: one token of every this many in a call may lie over the bound (a router near-tie resolved otherwise)
+#: one token of every this many in a call may lie over the bound if it is its row's runner-up (a router near-tie)
 REPLAY_FLIP_TOKENS = 4096
 
 
@@ -45,7 +45,8 @@ class ReplayCheck:
 
     Attributes:
         calls / tokens: timed calls replayed / output tokens checked. over: tokens over the bound (each call at most
-            its ``tokens // REPLAY_FLIP_TOKENS``, else the check raised). allowed: the sum of those allowances.
+            its ``tokens // flip_tokens``, all runners-up, else the check raised). allowed: the sum of those allowances.
+        flip_tokens: the allowance's rate the check ran with.
         worst: the largest gap / bound seen (over 1 when a token was allowed). noise: the path noise the bound used
             (None: not run).
         skipped: why the check did not run, else None.
@@ -55,13 +56,14 @@ class ReplayCheck:
     tokens: int = 0
     over: int = 0
     allowed: int = 0
+    flip_tokens: int = REPLAY_FLIP_TOKENS
     worst: float = 0.0
     noise: float | None = None
     skipped: str | None = None
 
     def to_dict(self) -> dict:
         """JSON form."""
-        return asdict(self) | {"z": REPLAY_Z, "floor_rel": BF16_U, "flip_tokens": REPLAY_FLIP_TOKENS}
+        return asdict(self) | {"z": REPLAY_Z, "floor_rel": BF16_U}
 
 
 def check_replay(runner, calls: list[tuple[list[list[int]], list[list[int]]]], noise: float | None,
@@ -71,7 +73,8 @@ def check_replay(runner, calls: list[tuple[list[list[int]], list[list[int]]]], n
     it computes once the bench's calls have begun (the red team's ``sticky_bench_fp8_acts``: a cut armed for good when
     the first call after load is ``generate``) replays with the rows it computes under parity.
 
-    ``flip_tokens``: a call may hold one token over the bound per this many of its tokens.
+    ``flip_tokens``: a call may hold one token over the bound per this many of its tokens, if that token is the
+    runner-up of its replayed row (every id but one below it) with a finite gap.
 
     Raises:
         BenchError: more of a call's replayed tokens lie over the bound than it may hold (the engine computes otherwise
@@ -80,16 +83,18 @@ def check_replay(runner, calls: list[tuple[list[list[int]], list[list[int]]]], n
     """
     if noise is None:
         return ReplayCheck(skipped="no parity figure for the engine's path noise (run the parity stage before bench)")
-    check = ReplayCheck(noise=noise)
+    check = ReplayCheck(noise=noise, flip_tokens=flip_tokens)
     for prompts, outs in calls:
         m = runner.worker.call("engine.replay", prompts=[list(p) for p in prompts], outputs=[list(o) for o in outs])
-        gap, top, rms = (m[k].double() for k in ("gap", "top", "rms"))
-        if gap.shape != (len(outs), len(outs[0])) or top.shape != gap.shape or rms.shape != gap.shape:
+        gap, top, rms, rank = (m[k].double() for k in ("gap", "top", "rms", "rank"))
+        if gap.shape != (len(outs), len(outs[0])) or any(x.shape != gap.shape for x in (top, rms, rank)):
             raise BenchError(f"{runner.name}: replay of {len(outs)} x {len(outs[0])} tokens came back as {tuple(gap.shape)}")
         bound = BF16_U * top + 2 * REPLAY_Z * noise * rms
         ratio = torch.where(bound > 0, gap / bound, torch.where(gap == 0, 0.0, torch.inf))
         bad = ~(ratio <= 1.0)  # NaN counts as over
-        allowed = gap.numel() // flip_tokens
+        # only a finite runner-up may use the allowance: a NaN, a non-finite row or a token deeper in its row never does
+        hard = bad & ~(torch.isfinite(ratio) & (rank == 1))
+        allowed = 0 if hard.any() else gap.numel() // flip_tokens
         check.calls += 1
         check.tokens += gap.numel()
         check.over += int(bad.sum())
@@ -101,6 +106,7 @@ def check_replay(runner, calls: list[tuple[list[list[int]], list[list[int]]]], n
                 f"{runner.name}: {int(bad.sum())} of {gap.numel()} tokens of a timed generate call ({len(outs)} prompts x "
                 f"{len(outs[0])} tokens) are not top-1s of the engine's own rows when the same batch is teacher-forced "
                 f"(first: sequence {s}, token {j}, {float(ratio[s, j]):.3g}x the bound at path noise {noise:.3g}; the "
-                f"call may hold {allowed}, one per {flip_tokens} tokens): the engine computes otherwise when benchmarked "
+                f"call may hold {gap.numel() // flip_tokens} runners-up, one per {flip_tokens} tokens, and {int(hard.sum())} "
+                "are not): the engine computes otherwise when benchmarked "
                 "than under prefill()/decode()")
     return check

@@ -165,6 +165,7 @@ def path_allowance(row: torch.Tensor, path: float) -> float:
         return 0.0
     return ROW_Z * path * finite_scale(row)[1]
 
+
 def greedy_self_agreement(
     engine: list[int], reference: list[int], e_rows: torch.Tensor, *, floor_rel: float, slack: torch.Tensor | None = None,
     noise: float = 0.0, path: float = 0.0, row_z: float = ROW_Z,

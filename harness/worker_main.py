@@ -12,7 +12,8 @@ Started by ``harness.worker.Worker`` only. Each request ``{"op", "args"}`` gets 
   ``engine.decode``, ``engine.release``,
   ``engine.generate`` (greedy, EOS ignored; outputs made Python ints and CUDA synchronised
   before the reply, so the judge's clock covers all the work), ``engine.margins`` (teacher-forced
-  greedy margins of given tokens, for the bench's output check), ``engine.profile``, ``engine.script`` (parity's
+  greedy margins of given tokens, for the bench's output check), ``engine.replay`` (a timed call's tokens
+  teacher-forced in one batch, for the bench's replay check), ``engine.profile``, ``engine.script`` (parity's
   serving script through the engine's ``Scheduler``: ``harness.worker_script``).
 
 Every reply is sent after all CUDA work the worker queued has finished (``serve``).
@@ -191,8 +192,9 @@ def engine_replay(prompts: list[list[int]], outputs: list[list[int]]) -> dict:
     """Teacher-force each prompt's own ``outputs`` (all of one length n) with every sequence in one batch, as the
     ``generate`` call that produced them ran: prefill the prompts together, then decode ``outputs[i][j]`` of every
     sequence at step j. Per output position, float64 [S, n] each: ``gap``, how far the given token lies below its
-    row's top-1 logit (>= 0; ids out of range are clamped, the judge range-checked them); ``top``, the row's max
-    |logit|; ``rms``, the row's root mean square."""
+    row's top-1 logit (>= 0; ids out of range are clamped, the judge range-checked them; NaN when the row holds a
+    non-finite logit, so that the position always fails); ``top``, the row's max |logit| and ``rms``, its root mean
+    square, both over its finite entries; ``rank``, how many ids of the row lie strictly above the given token."""
     outs = [[int(t) for t in o] for o in outputs]
     n = len(outs[0]) if outs else 0
     if len(outs) != len(prompts) or any(len(o) != n for o in outs):
@@ -201,18 +203,23 @@ def engine_replay(prompts: list[list[int]], outputs: list[list[int]]) -> dict:
     eng = _state["engine"]
     res = eng.prefill([list(map(int, p)) for p in prompts], None)
     slots = [int(s) for s in res.slots]
-    gap, top, rms = (torch.zeros(len(outs), n, dtype=torch.float64) for _ in range(3))
+    gap, top, rms, rank = (torch.zeros(len(outs), n, dtype=torch.float64) for _ in range(4))
     try:
         rows = torch.cat([_rows(lg, [len(p) - 1]) for lg, p in zip(res.logits, prompts)]).double()  # [S, V]
         for j in range(n):
             idx = torch.tensor([o[j] for o in outs]).clamp(0, rows.shape[1] - 1).unsqueeze(1)
-            gap[:, j] = rows.max(-1).values - rows.gather(1, idx).squeeze(1)
-            top[:, j], rms[:, j] = rows.abs().amax(-1), rows.square().mean(-1).sqrt()
+            chosen = rows.gather(1, idx)  # [S, 1]
+            finite = torch.isfinite(rows)
+            gap[:, j] = torch.where(finite.all(-1), rows.max(-1).values - chosen.squeeze(1), torch.nan)
+            safe = torch.where(finite, rows, 0.0)
+            top[:, j] = safe.abs().amax(-1)
+            rms[:, j] = (safe.square().sum(-1) / finite.sum(-1).clamp(min=1)).sqrt()
+            rank[:, j] = (rows > chosen).sum(-1)
             if j + 1 < n:
                 rows = _rows(eng.decode(slots, [o[j] for o in outs])).double()
     finally:
         eng.release(slots)
-    return {"gap": gap, "top": top, "rms": rms}
+    return {"gap": gap, "top": top, "rms": rms, "rank": rank}
 
 
 def engine_script(prompts: list[list[int]], requests: list[dict], max_steps: int) -> dict:

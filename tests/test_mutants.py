@@ -112,8 +112,12 @@ def test_a_mutant_that_runs_out_of_memory_is_an_error_not_a_kill():
     res = ParityResult(False, float("nan"), 0.7, float("nan"), 0.7, None, None, [], 1, "bfloat16", "unknown", {}, 32, "cuda",
                        error="EngineError: OutOfMemoryError: CUDA out of memory. Tried to allocate 258.00 MiB.")
     assert _verdict(res) == "error"
+    res.error = "EngineError: RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"
+    assert _verdict(res) == "error"
     res.error = "EngineError: RuntimeError: shape mismatch"
     assert _verdict(res) == "killed"  # a mutant that breaks the engine outright is rejected by parity
+    res.error = "EngineError: ValueError: bad top-k\nTraceback ...\nDuring handling of the above: OutOfMemoryError: CUDA out of memory"
+    assert _verdict(res) == "killed"  # only the first line says what the engine raised
     base = MutantOutcome("(unmutated)", "nothing", "-", "pass", "", 1.0)
     suite = SuiteResult(base, [MutantOutcome("a", "x", "shared", "killed", "", 1.0), MutantOutcome("b", "x", "shared", "error", "", 1.0)])
     assert suite.score == 0.5 and not suite.ok

@@ -375,8 +375,13 @@ def test_the_replay_check_holds_timed_tokens_to_the_engines_own_teacher_forced_r
         res = w.call("engine.prefill", prompts=[prompts[1] + calls[0][1][1][:5]])
         w.call("engine.release", slots=res["slots"])
         twice[1][5] = int(res["logits"][0][-1].double().topk(2).indices[1])
-        with pytest.raises(BenchError, match=r"2 of 24 tokens.*may hold 1, one per 24 tokens"):
+        with pytest.raises(BenchError, match=r"2 of 24 tokens.*may hold 1 runners-up, one per 24 tokens, and 0 are not"):
             check_replay(runner, [(prompts, twice)], 0.0, flip_tokens=24)
+        # a token deeper in its row than the runner-up never uses the allowance
+        third = [list(o) for o in calls[0][1]]
+        third[2][5] = int(row.topk(3).indices[2])
+        with pytest.raises(BenchError, match=r"1 of 24 tokens.*may hold 1 runners-up, one per 24 tokens, and 1 are not"):
+            check_replay(runner, [(prompts, third)], 0.0, flip_tokens=24)
         gap = float(row.max() - row[runner_up])
         assert check_replay(runner, calls, gap / (6 * float(row.square().mean().sqrt())) * 1.01).over == 0
         assert check_replay(runner, calls, None).skipped

@@ -60,7 +60,7 @@ class SuiteResult:
 
     @property
     def score(self) -> float:
-        """killed / applicable mutants (drifted ones count as not killed); 0 when none applies."""
+        """killed / applicable mutants (drifted and error ones count as not killed); 0 when none applies."""
         n = len(self.applicable)
         return self.killed / n if n else 0.0
 
@@ -102,10 +102,13 @@ def _verdict(result) -> str:
     nothing about the mutated op), else ``killed``."""
     if result.ok:
         return "survived"
-    return "error" if result.error and _OOM in result.error else "killed"
+    first = result.error.strip().splitlines()[0].lower() if result.error and result.error.strip() else ""
+    return "error" if any(s in first for s in _OOM) else "killed"
 
 
-_OOM = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as harness.worker relays an engine's exception
+#: how an engine's out-of-device-memory error reads in the first line of a parity error (``EngineError:
+#: OutOfMemoryError: CUDA out of memory ...``; a CUDA runtime error; cuBLAS failing to allocate its workspace), lower case
+_OOM = ("outofmemoryerror", "out of memory", "cublas_status_alloc_failed")
 
 
 def _figure(result) -> str:
