@@ -137,17 +137,20 @@ def batch_variation(e: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor,
     diff = e.double() - other.double()
     slack = diff.abs().amax(-1).float()
     slack = torch.where(torch.isfinite(slack), slack, torch.zeros_like(slack))
-    finite = diff[torch.isfinite(diff)]
-    return slack, float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+    return slack, float(finite_scale(diff.reshape(-1))[1])
 
 
-def finite_scale(row: torch.Tensor) -> tuple[float, float]:
-    """``(max |x|, rms)`` of ``row``'s finite entries (0, 0 when none): the scale of an engine row that the
-    allowances multiply. Non-finite entries stay out so that one ``-inf`` logit cannot make a bound infinite (the
-    rules fail a non-finite chosen logit on their own)."""
-    r = row.double()
-    r = r[torch.isfinite(r)]
-    return (float(r.abs().max()), float(r.square().mean().sqrt())) if r.numel() else (0.0, 0.0)
+def finite_scale(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(max |x|, rms)`` over the last dim of ``rows`` [..., V], finite entries only (0, 0 for a row with none):
+    float64 [...] each, 0-d for one row [V]. The scale of an engine row that the allowances multiply. Non-finite
+    entries stay out so that one ``-inf`` logit cannot make a bound infinite (the rules fail a non-finite chosen
+    logit on their own). One rule for every caller: the greedy rules, the serving script's tie floors, the pooled rms
+    of :func:`batch_variation` and the bench replay's figures (``harness.worker_main.engine_replay``)."""
+    r = rows.double()
+    finite = torch.isfinite(r)
+    safe = torch.where(finite, r, 0.0)
+    top = safe.abs().amax(-1) if r.shape[-1] else torch.zeros(r.shape[:-1], dtype=torch.float64)  # amax refuses V = 0
+    return top, (safe.square().sum(-1) / finite.sum(-1).clamp(min=1)).sqrt()
 
 
 def path_allowance(row: torch.Tensor, path: float) -> float:
@@ -163,7 +166,7 @@ def path_allowance(row: torch.Tensor, path: float) -> float:
     """
     if not path > 0:
         return 0.0
-    return ROW_Z * path * finite_scale(row)[1]
+    return ROW_Z * path * float(finite_scale(row)[1])
 
 
 def greedy_self_agreement(
@@ -207,7 +210,7 @@ def greedy_self_agreement(
             return j, math.inf
         row = e_rows[j].double()
         gap = float(row.max() - row[g])
-        top, rms = finite_scale(row)
+        top, rms = (float(x) for x in finite_scale(row))
         bound = floor_rel * top + (2.0 * float(slack[j]) if slack is not None else 0.0) + 2 * row_z * (noise + path * rms)
         ratio = gap / bound if bound > 0 else (0.0 if gap == 0 else math.inf)
         if not ratio <= 1.0:  # NaN too

@@ -226,7 +226,7 @@ def _greedy(r: ScriptRequest, o: ScriptOutput, ref: ReferenceRun, ea: torch.Tens
                    f"of the engine's own teacher-forced row ({ratio:.3g}x the bound): the scheduler computes otherwise than "
                    "prefill()/decode()")
     if r.logprobs is not None:
-        floor = [4 * float(s) + tie_floor * max(1.0, finite_scale(ea[ref.split - 1 + j])[0])
+        floor = [4 * float(s) + tie_floor * max(1.0, float(finite_scale(ea[ref.split - 1 + j])[0]))
                  + path_allowance(ea[ref.split - 1 + j], path) for j, s in enumerate(slack)]
         why = _logprob_errors(o, ea[rows], match, floor, r.logprobs)
         if why:
@@ -246,7 +246,7 @@ def _sampled(engine: EngineApi, script: list[ScriptRequest], outs: dict[int, Scr
     rng = random.Random(cfg.seed ^ 0x5A5A)
     flat_rows, toks, settings, deltas = [], [], [], []
     for (r, o), rr in zip(seqs, rows, strict=True):
-        d = [2 * slack + tie_floor * max(1.0, finite_scale(rr[j])[0]) + path_allowance(rr[j], path)
+        d = [2 * slack + tie_floor * max(1.0, float(finite_scale(rr[j])[0])) + path_allowance(rr[j], path)
              for j in range(len(o.tokens))]
         for j, t in enumerate(o.tokens):
             flat_rows.append(rr[j])

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from harness import worker_protocol
+from harness.parity_metrics import finite_scale
 
 _state: dict[str, Any] = {}
 
@@ -211,9 +212,7 @@ def engine_replay(prompts: list[list[int]], outputs: list[list[int]]) -> dict:
             chosen = rows.gather(1, idx)  # [S, 1]
             finite = torch.isfinite(rows)
             gap[:, j] = torch.where(finite.all(-1), rows.max(-1).values - chosen.squeeze(1), torch.nan)
-            safe = torch.where(finite, rows, 0.0)
-            top[:, j] = safe.abs().amax(-1)
-            rms[:, j] = (safe.square().sum(-1) / finite.sum(-1).clamp(min=1)).sqrt()
+            top[:, j], rms[:, j] = finite_scale(rows)
             rank[:, j] = (rows > chosen).sum(-1)
             if j + 1 < n:
                 rows = _rows(eng.decode(slots, [o[j] for o in outs])).double()

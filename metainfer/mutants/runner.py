@@ -97,6 +97,11 @@ def apply_mutant(mutant: Mutant, engine_dir: Path, dest: Path) -> Path:
     return dest
 
 
+#: how an engine's out-of-device-memory error reads in the first line of a parity error (``EngineError:
+#: OutOfMemoryError: CUDA out of memory ...``; a CUDA runtime error; cuBLAS failing to allocate its workspace), lower case
+_OOM = ("outofmemoryerror", "out of memory", "cublas_status_alloc_failed")
+
+
 def _verdict(result) -> str:
     """``survived`` when parity passed, ``error`` when the engine ran out of device memory (a full GPU proves
     nothing about the mutated op), else ``killed``."""
@@ -104,11 +109,6 @@ def _verdict(result) -> str:
         return "survived"
     first = result.error.strip().splitlines()[0].lower() if result.error and result.error.strip() else ""
     return "error" if any(s in first for s in _OOM) else "killed"
-
-
-#: how an engine's out-of-device-memory error reads in the first line of a parity error (``EngineError:
-#: OutOfMemoryError: CUDA out of memory ...``; a CUDA runtime error; cuBLAS failing to allocate its workspace), lower case
-_OOM = ("outofmemoryerror", "out of memory", "cublas_status_alloc_failed")
 
 
 def _figure(result) -> str:
