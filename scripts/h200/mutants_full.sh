@@ -26,10 +26,11 @@ SEED=${SEED:-1234}
 export METAINFER_ISOLATION=process METAINFER_TRUSTED_TRITON_CACHE=/tmp/mi-triton-shared
 RES=/tmp/mutants; mkdir -p "$RES"
 ONLY=""
-# every mutant; the 26 not yet judged at full size first, then the six judged on 2026-12-03 (session 9,
+# every mutant; the three small-cut ones added after session 9 first (a few-per-cent output scale and a decay
+# formula: the likeliest to hide under bf16 noise at full size), then the other 26 not yet judged at full size, then the six judged on 2026-12-03 (session 9,
 # docs/results/h200-2026-12-03-b: 4 killed, gdn_state_bf16 and rope_slow_pairs_dropped survived), so a call that
 # ends at its limit has added rows the score lacks (each row is printed as it finishes)
-for m in attn_gate_constant nvfp4_nibble_order norm_zero_centred gdn_norm_gate gdn_delta_rule route_renorm \
+for m in attn_out_scaled gdn_out_scaled gdn_decay_exp attn_gate_constant nvfp4_nibble_order norm_zero_centred gdn_norm_gate gdn_delta_rule route_renorm \
          gdn_decay_dt_bias gdn_decay_a_log gdn_beta_constant gdn_qk_l2norm route_sigmoid shared_expert_dropped \
          shared_gate_constant nvfp4_block_scale_shift nvfp4_global_divisor nvfp4_down_global route_topk \
          gdn_conv_taps rope_theta rope_fast_pairs_dropped input_norm_weight post_norm_weight q_norm_weight \
