@@ -25,17 +25,18 @@ CK=${CK:-/tmp/ck-qwen3.6-35b-a3b-nvfp4}
 SEED=${SEED:-1234}
 export METAINFER_ISOLATION=process METAINFER_TRUSTED_TRITON_CACHE=/tmp/mi-triton-shared
 RES=/tmp/mutants; mkdir -p "$RES"
-ONLY=""
-# every mutant; the three small-cut ones added after session 9 first (a few-per-cent output scale and a decay
-# formula: the likeliest to hide under bf16 noise at full size), then the other 26 not yet judged at full size, then the six judged on 2026-12-03 (session 9,
+# every mutant of the catalogue (metainfer/mutants/catalogue.py, so a new one is never left out), in this order: the
+# small-cut ones first (a few-per-cent output scale, a decay formula: the likeliest to hide under bf16 noise at full
+# size), then the rest of those never judged at full size, then the six judged on 2026-12-03 (session 9,
 # docs/results/h200-2026-12-03-b: 4 killed, gdn_state_bf16 and rope_slow_pairs_dropped survived), so a call that
 # ends at its limit has added rows the score lacks (each row is printed as it finishes)
-for m in attn_out_scaled gdn_out_scaled gdn_decay_exp attn_gate_constant nvfp4_nibble_order norm_zero_centred gdn_norm_gate gdn_delta_rule route_renorm \
-         gdn_decay_dt_bias gdn_decay_a_log gdn_beta_constant gdn_qk_l2norm route_sigmoid shared_expert_dropped \
-         shared_gate_constant nvfp4_block_scale_shift nvfp4_global_divisor nvfp4_down_global route_topk \
-         gdn_conv_taps rope_theta rope_fast_pairs_dropped input_norm_weight post_norm_weight q_norm_weight \
-         k_norm_weight final_norm_weight gdn_norm_weight \
-         gdn_state_bf16 rope_slow_pairs_dropped attn_scale qk_norm_swapped attn_window q_norm_skipped; do ONLY="$ONLY --only $m"; done
+FIRST="attn_out_scaled gdn_out_scaled gdn_decay_exp"
+LAST="gdn_state_bf16 rope_slow_pairs_dropped attn_scale qk_norm_swapped attn_window q_norm_skipped"
+ALL=$(python3 -c "from metainfer.mutants.catalogue import catalogue; print(' '.join(m.name for m in catalogue(1)))") || exit 1
+ONLY=""
+for m in $FIRST $(for n in $ALL; do case " $FIRST $LAST " in *" $n "*) ;; *) echo "$n";; esac; done) $LAST; do
+  ONLY="$ONLY --only $m"
+done
 # MUTANT_LENGTHS=65,2049 drops the drawn prompt from the mutants' set (about 25 s of checks per mutant)
 ARGS=${MUTANT_ARGS-"--mutant-lengths ${MUTANT_LENGTHS:-65,2049,3000-4000} $ONLY"}
 # BASE_LENGTHS=65,2049,3000-4000 runs the unmutated engine on the mutants' short set too (about 2 min instead of 13:
