@@ -236,7 +236,7 @@ def run_parity(
         consistency=dict(run.consistency), consistency_tolerances=dict(run.consistency_tolerances),
         reference_consistency=dict(run.reference_consistency),
         serving=asdict(run.serving) if run.serving is not None else None,
-        path_noise=path_noise(run, tol) if run.consistency else float("nan"),
+        path_noise=path_noise(run, tol) if run.consistency else float("nan"), batch_noise=run.batch_noise,
     )
 
 

@@ -13,7 +13,7 @@ from harness.parity_engine import EngineApi, greedy_tokens, teacher_forced_logit
 from harness.parity_local_metrics import local_update_errors, mixer_local_errors, storage_ratios
 from harness.parity_metrics import (
     batch_variation, first_bad_layer, greedy_agreement, greedy_self_agreement, layer_errors, layer_name, max_abs, pooled_rows_error,
-    pooled_update_errors, rel_l2, trivial_reason,
+    pooled_update_errors, rel_l2, row_variation, trivial_reason,
 )
 from harness.parity_progress import Phase
 from harness.parity_result import PromptFigures, RunFigures
@@ -65,14 +65,31 @@ def judge_greedy_self(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, gr
 
 
 def path_noise(run: RunFigures, tol: Tolerance) -> float:
-    """The engine's own path noise, relative to a row: its largest decode consistency figure of the run (teacher-forced
-    decode rows against its own prefill of the same tokens), at most ``run.path_cap`` (``ConsistencyFigures``: what
-    an honest engine's figure may be, so that noise added to pass it buys no wider allowance), or the decode
-    consistency threshold where none was measured or a figure is not finite (then another check fails anyway)."""
+    """The engine's own path noise, relative to a row: how far a row it computes by another path (another batch,
+    another prefill split) may lie from the same row of its teacher-forced ``prefill()``/``decode()``. Made of
+
+    - its largest decode consistency figure of the run (teacher-forced decode rows against its own prefill of the
+      same tokens), or the decode consistency threshold where none was measured or a figure is not finite (then
+      another check fails anyway), and
+    - its batch noise (``RunFigures.batch_noise``: the largest relative difference of one row that predicted a
+      greedy token between two batches of the teacher-forced runs; none where not measured),
+
+    in quadrature (independent sources), each at most ``run.path_cap`` (``ConsistencyFigures``: what an honest engine's
+    figure may be, so that noise added to pass it buys no wider allowance; the decode consistency threshold where no
+    cap was set)."""
+    cap = run.path_cap if math.isfinite(run.path_cap) else tol.consistency
     xs = [x for k, x in run.consistency.items() if k.startswith("decode")]
-    if not xs or not all(math.isfinite(x) for x in xs):
-        return tol.consistency
-    return min(max(xs), run.path_cap) if math.isfinite(run.path_cap) else max(xs)
+    own = min(max(xs), cap) if xs and all(math.isfinite(x) for x in xs) else tol.consistency
+    return math.hypot(own, batch_allowance(run, tol))
+
+
+def batch_allowance(run: RunFigures, tol: Tolerance) -> float:
+    """The engine's batch noise (``RunFigures.batch_noise``) at most ``run.path_cap`` (the decode consistency
+    threshold where no cap was set), 0 where not measured: what a row computed in a batch the judge's teacher-forced
+    runs did not form may differ by, relative to the row. Widens ``path_noise`` and, in quadrature, the serving
+    script's path thresholds (a batch-invariant engine's is 0: nothing widens)."""
+    cap = run.path_cap if math.isfinite(run.path_cap) else tol.consistency
+    return min(run.batch_noise, cap) if math.isfinite(run.batch_noise) else 0.0
 
 
 @dataclass
@@ -288,6 +305,10 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     if wide_runs:
         runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
+    steps = [slice(r.split - 1, r.split - 1 + len(r.continuation)) for r in refs]  # the rows the greedy rules read
+    run.batch_noise = max([row_variation(b[s], a[s]) for a, b, s in zip(alone, batched, steps, strict=True)]
+                          + [row_variation(ew[steps[i]], alone[i][steps[i]])
+                             for i, ew in zip(wide_idx, wide_logits[:k], strict=True)], default=0.0)
     path = path_noise(run, tol)
     entries = [x for i in range(len(refs)) for x in ((alone[i], alone_greedy[i], batched[i]), (batched[i], batched_greedy[i], alone[i]))]
     entries += [(ew, gw, alone[i]) for i, ew, gw in zip(wide_idx, wide_logits[:k], wide_greedy[:k], strict=True)]
@@ -298,6 +319,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     if serving is not None and not run.failures and all(f.ok for f in figs):  # a red run is judged already
         script = Phase()
         decode = run.run_threshold if math.isfinite(run.run_threshold) else tol.consistency * tol.consistency_run_k
+        decode = math.hypot(decode, batch_allowance(run, tol))  # the script's batches are not the judge's
         run.serving = check_serving(engine, refs, alone, batched, max(wide, len(refs)), tol.tie_floor_rel, decode, serving,
                                     path)
         run.failures += run.serving.failures

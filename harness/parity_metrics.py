@@ -140,6 +140,26 @@ def batch_variation(e: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor,
     return slack, float(finite_scale(diff.reshape(-1))[1])
 
 
+def row_variation(e: torch.Tensor, other: torch.Tensor) -> float:
+    """The engine's largest variation of one row between two runs of the same rows, e.g. alone and batched, [N, V]
+    each: max over rows of ``‖e − other‖ / ‖e‖`` (relative L2 of the row, as a consistency figure is), 0.0 for none.
+    Rows with a non-finite entry on either side or a zero row are skipped (other checks fail them), and so are two
+    blocks of different shapes.
+
+    Why the worst row, not the prompt's rms (``batch_variation``'s ``noise``): a kernel that changes its tiling with
+    the batch size changes only the rows decoded at some sizes. A prompt whose teacher-forced rows all ran at other
+    sizes shows no variation of its own, while ``generate`` decodes it beside every other prompt (a CI run on another
+    CPU refused the honest tiny engine so: a 1-token prompt's ``generate`` row at 17 sequences against its
+    teacher-forced row at 5)."""
+    if e.shape != other.shape or e.ndim != 2 or not e.shape[0]:
+        return 0.0
+    a, b = e.double(), other.double()
+    ok = torch.isfinite(a).all(-1) & torch.isfinite(b).all(-1)
+    num, den = (a - b)[ok].square().sum(-1), a[ok].square().sum(-1)
+    keep = den > 0
+    return float((num[keep] / den[keep]).sqrt().max()) if bool(keep.any()) else 0.0
+
+
 def finite_scale(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(max |x|, rms)`` over the last dim of ``rows`` [..., V], finite entries only (0, 0 for a row with none):
     float64 [...] each, 0-d for one row [V]. The scale of an engine row that the allowances multiply. Non-finite

@@ -83,6 +83,9 @@ class RunFigures:
         consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own
             figure (``Tolerance.consistency_threshold``).
         path_cap: the most path noise the other checks allow for (``harness.consistency.ConsistencyFigures``).
+        batch_noise: the engine's largest relative L2 difference of one teacher-forced row that predicted a greedy
+            token between the prompt's alone run and its batched or wide run (``parity_metrics.row_variation``), part
+            of its path noise (``parity_checks.path_noise``); NaN where not measured.
         run_threshold: a single sequence's decode threshold (no prompt to leave out: ``Tolerance.consistency_run_k``),
             the largest over the decode figures' rows and anchors; what the serving script's path checks are held to.
         reference_consistency: ``prefill``, ``decode``: HF's own cached path against its uncached forward on the
@@ -103,6 +106,7 @@ class RunFigures:
     consistency_tolerances: dict[str, float] = field(default_factory=dict)
     run_threshold: float = math.nan
     path_cap: float = math.nan
+    batch_noise: float = math.nan
     reference_consistency: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     advisories: list[str] = field(default_factory=list)
@@ -140,6 +144,7 @@ class ParityResult:
             run-level figures of ``RunFigures``.
         path_noise: the engine's path noise the run's allowances used (``parity_checks.path_noise``); NaN when no
             run-level figure was measured.
+        batch_noise: its batch part, before the cap (``RunFigures.batch_noise``); NaN when not measured.
     """
 
     ok: bool
@@ -175,6 +180,7 @@ class ParityResult:
     advisories: list[str] = field(default_factory=list)
     serving: dict | None = None
     path_noise: float = math.nan
+    batch_noise: float = math.nan
 
     def to_json(self) -> dict:
         """The ``parity`` block as a JSON-safe dict; non-finite floats become the strings ``"inf"``/``"nan"``."""

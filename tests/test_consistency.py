@@ -114,6 +114,27 @@ def test_prompt_rows_on_a_gpu_are_anchored_to_hfs_decode_figure_as_well():
     assert alone.figures["prefill alone"] > alone.tolerances["prefill alone"]
 
 
+def test_the_path_noise_takes_the_batch_noise_in_quadrature_and_capped():
+    """``path_noise``: the decode consistency part and the batch noise (a row's largest variation between two batches
+    of the teacher-forced runs) add in quadrature, each capped at ``path_cap``; a batch-invariant engine's (0) or an
+    unmeasured one (NaN) leaves the consistency part alone. The serving script's threshold widens by the same capped
+    figure (``batch_allowance``)."""
+    from harness.parity_checks import batch_allowance, path_noise
+    from harness.parity_result import RunFigures
+    from harness.tolerances import get_tolerance
+
+    cpu = get_tolerance("bfloat16", "float32")
+    cons = {"decode alone": 0.006, "decode batched": 0.008, "prefill alone": 0.5}
+    assert path_noise(RunFigures(consistency=cons, path_cap=0.0144), cpu) == pytest.approx(0.008)
+    assert path_noise(RunFigures(consistency=cons, path_cap=0.0144, batch_noise=0.0), cpu) == pytest.approx(0.008)
+    run = RunFigures(consistency=cons, path_cap=0.0144, batch_noise=0.006)
+    assert path_noise(run, cpu) == pytest.approx(0.01) and batch_allowance(run, cpu) == pytest.approx(0.006)
+    padded = RunFigures(consistency=cons, path_cap=0.0144, batch_noise=0.3)  # noise added to the batched rows buys
+    assert path_noise(padded, cpu) == pytest.approx(math.hypot(0.008, 0.0144))  # no more than the cap
+    assert batch_allowance(padded, cpu) == pytest.approx(0.0144)
+    assert path_noise(RunFigures(batch_noise=0.003), cpu) == pytest.approx(math.hypot(cpu.consistency, 0.003))
+
+
 def test_run_threshold_and_the_path_cap_follow_the_decode_figures():
     """``run_threshold``: the decode threshold with no prompt left out, over the modes; ``path_cap``: the decode
     thresholds without HF's 5.8x anchor but with its 2x amplification one, so that an engine padding its decode rows

@@ -816,6 +816,24 @@ def test_redraft_ties_are_within_two_bf16_steps_of_the_rows_top():
     assert not near_ties(edge, [1]) and near_ties(edge * 0 + torch.tensor([[8.0, 8.0 - 8 * REDRAFT_TIE_REL]]), [1])
 
 
+def test_row_variation_is_the_worst_rows_relative_difference():
+    """``row_variation``: the largest ``‖e − o‖ / ‖e‖`` over rows, so that one row decoded at another batch size counts
+    in full however many rows agree; rows with a non-finite entry or a zero row are left to other checks."""
+    from harness.parity_metrics import row_variation
+
+    g = torch.Generator().manual_seed(5)
+    e = torch.randn(6, 40, generator=g)
+    o = e.clone()
+    assert row_variation(e, o) == 0.0
+    o[3] += 0.02 * e[3].norm() / 40 ** 0.5 * torch.randn(40, generator=g).sign()  # one row moved by 2 % of its rms
+    assert row_variation(e, o) == pytest.approx(0.02, rel=1e-6)
+    assert row_variation(e, o) > 2 * float(((e - o).norm() / e.norm()))  # the block's pooled figure dilutes it
+    o[1, 4] = math.nan
+    e[5] = 0.0
+    assert row_variation(e, o) == pytest.approx(0.02, rel=1e-6)
+    assert row_variation(e, o[:5]) == 0.0 and row_variation(e[:0], o[:0]) == 0.0
+
+
 def test_one_minus_inf_logit_does_not_widen_the_greedy_self_bound():
     """An engine row with a masked (-inf) logit somewhere keeps its finite scale: the floor and path allowances take
     max|e| and rms over the finite entries only, so a token far below the top still fails (before, inf bound)."""
