@@ -47,7 +47,7 @@ class SourceFigure:
 
 
 def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources: list[int], *, drop: float,
-                     per: int = 0, cap: float = math.inf) -> SourceFigure:
+                     per: int = 0, cap: float = math.inf, positions: list[list[int]] | None = None) -> SourceFigure:
     """Pool per-row squares by source: each sequence's worst ``ceil(drop · n)`` rows left out (``kept_rows``), the
     sequences of one source summed, then the worst ``floor(S / per)`` of the ``S`` sources whose own relative
     figure is at most ``cap`` left out (``per`` 0: none; a source over ``cap`` always stays in) and the rest pooled.
@@ -58,6 +58,11 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
         drop: fraction of each sequence's rows left out, in [0, 1).
         per: one source of every ``per`` left out.
         cap: a source erring more than this is never left out.
+        positions: per sequence, the source position of each row (its own row's index in the source's one-call
+            prefill). Given, the rows left out are a source's worst ``ceil(drop · P)`` of its P distinct positions
+            (by the largest error any sequence has there), every sequence's row at such a position included: rows
+            of several sequences at one position compare with one own row, so a near-tie in that row is one event
+            (the wide batch's windows, docs/PARITY.md "A false reject the window design still has").
     Raises:
         ValueError: unequal or empty lists, ``drop`` outside [0, 1), ``per`` < 0, a non-finite reference, or all
             kept reference rows zero.
@@ -69,13 +74,18 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
     err2, ref2 = checked_squares(err2, ref2)
     kept_of: dict[int, list[int]] = {}
     sums: dict[int, list[float]] = {}
-    for e, r, src in zip(err2, ref2, sources, strict=True):
+    if any(not bool(torch.isfinite(e).all()) for e in err2):  # NaN never passes: no drop may leave it out
+        return SourceFigure(math.inf, 0, len(set(sources)))
+    kept_at = _kept_positions(err2, sources, positions, drop) if positions is not None else None
+    for n, (e, r, src) in enumerate(zip(err2, ref2, sources, strict=True)):
         if e.numel() == 0:
             continue
-        if not bool(torch.isfinite(e).all()):  # NaN never passes: no drop may leave it out
-            return SourceFigure(math.inf, 0, len(set(sources)))
-        keep = kept_rows(e.numel(), drop)
-        idx = e.argsort()[:keep]
+        if kept_at is None:
+            keep = kept_rows(e.numel(), drop)
+            idx = e.argsort()[:keep]
+        else:
+            idx = torch.tensor([j for j, p in enumerate(positions[n]) if p in kept_at[src]], dtype=torch.long)
+            keep = idx.numel()
         acc = sums.setdefault(src, [0.0, 0.0])
         acc[0] += float(e[idx].sum())
         acc[1] += float(r[idx].sum())
@@ -90,6 +100,20 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
         raise ValueError("reference rows are all zeros; a relative error is undefined")
     counts = [k for s in kept for k in kept_of[s]]
     return SourceFigure((num / den) ** 0.5, min(sum(counts), len(kept) * max(counts)), len(kept), dropped)
+
+
+def _kept_positions(err2: list[torch.Tensor], sources: list[int], positions: list[list[int]], drop: float
+                    ) -> dict[int, set[int]]:
+    """Per source, the positions kept: all but the worst ``ceil(drop · P)`` of its P distinct positions, a position
+    ranked by the largest ‖e − r‖² any of the source's sequences has there (``kept_rows``)."""
+    if len(positions) != len(err2) or any(len(p) != e.numel() for p, e in zip(positions, err2)):
+        raise ValueError("pooled_by_source needs one position per row of every sequence")
+    worst: dict[int, dict[int, float]] = {}
+    for e, src, pos in zip(err2, sources, positions, strict=True):
+        at = worst.setdefault(src, {})
+        for x, p in zip(e.tolist(), pos, strict=True):
+            at[int(p)] = max(at.get(int(p), 0.0), x)
+    return {src: set(sorted(at, key=at.__getitem__)[: kept_rows(len(at), drop)]) for src, at in worst.items()}
 
 
 def _rel(num: float, den: float) -> float:
@@ -130,7 +154,8 @@ def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, i
 
     Args:
         runs: mode -> per sequence (its own one-call prefill logits, its teacher-forced logits, both [S + n, V],
-            the prompt it came from); a pair of unequal shapes is skipped (another check reports it).
+            the prompt it came from[, the source position of each row]); a pair of unequal shapes is skipped
+            (another check reports it). Positions given, rows are left out by source position (``pooled_by_source``).
         steps: n, the decode rows at the end of each sequence (0: prompt rows only).
         tol: the run's tolerance; ``own``: HF's own figures by part (``reference_consistency``; empty: none).
     Thresholds (``Tolerance.consistency_threshold``): by the rows and prompts pooled, anchored to HF's figure of the
@@ -139,15 +164,18 @@ def consistency_figures(runs: dict[str, list[tuple[torch.Tensor, torch.Tensor, i
     """
     out = ConsistencyFigures()
     for mode, seqs in runs.items():
-        same = [(e, p, src) for p, e, src in seqs if e.shape == p.shape]
+        same = [(x[1], x[0], x[2], x[3] if len(x) > 3 else None) for x in seqs if x[1].shape == x[0].shape]
+        by_position = any(pos is not None for *_, pos in same)
         for part, cut in (("prefill", slice(0, -steps if steps else None)), ("decode", slice(-steps, None))):
-            squares = [(*row_squares(e[cut].float(), p[cut].float()), src) for e, p, src in same
+            squares = [(*row_squares(e[cut].float(), p[cut].float()), src,
+                        list(pos if pos is not None else range(e.shape[0]))[cut]) for e, p, src, pos in same
                        if e[cut].shape[0] > 0 and (part == "prefill" or steps > 0)]
             if not squares:
                 continue
-            fig = pooled_by_source([e for e, _, _ in squares], [r for _, r, _ in squares], [s for _, _, s in squares],
-                                   drop=tol.consistency_drop, per=tol.consistency_prompt_drop,
-                                   cap=tol.consistency_prompt_cap)
+            fig = pooled_by_source([e for e, _, _, _ in squares], [r for _, r, _, _ in squares],
+                                   [s for _, _, s, _ in squares], drop=tol.consistency_drop,
+                                   per=tol.consistency_prompt_drop, cap=tol.consistency_prompt_cap,
+                                   positions=[q for *_, q in squares] if by_position else None)
             out.figures[f"{part} {mode}"] = fig.value
             # batch variation moves batched and wide prompt rows, not a prompt's own one-call rows
             amp = own.get("decode") if part == "prefill" and mode != "alone" else None

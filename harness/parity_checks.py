@@ -300,8 +300,12 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     runs = {"alone": [(h.logits, alone[i], i) for i, h in hidden_of.items()],
             "batched": [(h.logits, batched[i], i) for i, h in hidden_of.items()]}
     own = [hidden_of[w.source].logits[w.positions()] if w.source in hidden_of else None for w in wb.windows]
-    wide_runs = [(hidden_of[i].logits, ew, i) for i, ew in zip(wide_idx, wide_logits[:k], strict=True) if i in hidden_of]
-    wide_runs += [(p, ew, w.source) for w, p, ew in zip(wb.windows, own, wide_logits[k:], strict=True) if p is not None]
+    # with each row's position in its source's own prefill: a window's rows and its source's rows at one position
+    # compare with one own row, so the rows left out are positions of a source (harness.consistency.pooled_by_source)
+    wide_runs = [(hidden_of[i].logits, ew, i, list(range(ew.shape[0]))) for i, ew in zip(wide_idx, wide_logits[:k], strict=True)
+                 if i in hidden_of]
+    wide_runs += [(p, ew, w.source, w.positions()) for w, p, ew in zip(wb.windows, own, wide_logits[k:], strict=True)
+                  if p is not None]
     if wide_runs:
         runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)

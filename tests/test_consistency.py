@@ -163,3 +163,34 @@ def test_run_threshold_and_the_path_cap_follow_the_decode_figures():
     cpu = get_tolerance("bfloat16", "float32")  # on the CPU the cap is the threshold itself: it never binds
     c = consistency_figures(runs, 8, cpu, own)
     assert c.path_cap == pytest.approx(max(c.tolerances["decode alone"], c.tolerances["decode batched"]))
+
+
+def _source_with_windows(flip: dict[int, float], cut: float = 0.0):
+    """One 18-row source (its own sequence, rows 0-17) and windows of 4 prompt rows + 2 decode rows at every cut
+    k in 4..16, each row off by 0.006 (+ ``cut``), the positions in ``flip`` off by their value in every sequence
+    that holds them (one near-tie in the source's own row: every window row at that position compares with it)."""
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(18, 50, generator=g) + 0.3
+    seqs = [list(range(18))] + [list(range(k - 4, k)) + [k, k + 1] for k in range(4, 17)]
+    err2, ref2 = [], []
+    for pos in seqs:
+        r = ref[pos]
+        rel = torch.tensor([flip.get(p, 0.006 + cut) for p in pos]).unsqueeze(-1)
+        noise = torch.randn(r.shape, generator=g)
+        e, rr = row_squares(r + noise * rel * r.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True), r)
+        err2.append(e)
+        ref2.append(rr)
+    return err2, ref2, [0] * len(seqs), seqs
+
+
+def test_a_near_tie_in_a_sources_own_row_is_one_event_for_every_window_that_covers_it():
+    err2, ref2, src, pos = _source_with_windows({9: 0.24, 10: 0.13})
+    by_row = pooled_by_source(err2, ref2, src, drop=0.1, per=8)
+    by_pos = pooled_by_source(err2, ref2, src, drop=0.1, per=8, positions=pos)
+    assert by_row.value > 0.03  # each window drops one of its rows; the pair's second row stays in six windows
+    assert by_pos.value < 0.0075  # the source's two worst positions left out, in every window
+    # a cut moves every position: left out by position, it stays at its own level
+    err2, ref2, src, pos = _source_with_windows({}, cut=0.006)
+    assert pooled_by_source(err2, ref2, src, drop=0.1, per=8, positions=pos).value > 0.011
+    with pytest.raises(ValueError, match="one position per row"):
+        pooled_by_source(err2, ref2, src, drop=0.1, per=8, positions=[p[:-1] for p in pos])
