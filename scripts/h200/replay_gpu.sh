@@ -12,9 +12,9 @@
 set -uo pipefail
 source scripts/h200/env.sh
 GPU=${GPU:-h200}
-CHEATS=${CHEATS:-generate_fp8_at_bench_batch}
+CHEATS=${CHEATS-generate_fp8_at_bench_batch}  # CHEATS="" runs the honest gate alone
 ROUNDS=${ROUNDS:-2}
-metainfer checkpoint --model qwen3.6-35b-a3b-tiny --quant nvfp4 --out /tmp/tck --seed 0 > /dev/null || exit 1
+metainfer checkpoint --model qwen3.6-35b-a3b-tiny --quant nvfp4 --out /tmp/tck --seed 0 --force > /dev/null || exit 1
 metainfer render --model qwen3.6-35b-a3b-tiny --quant nvfp4 --gpu "$GPU" --out /tmp/tg --force > /dev/null || exit 1
 E=/tmp/tg/qwen3.6-35b-a3b-tiny-nvfp4-$GPU
 
