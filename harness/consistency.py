@@ -133,8 +133,9 @@ def row_squares(engine: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Te
 class ConsistencyFigures:
     """A run's consistency figures (``RunFigures.consistency``), each with its threshold, keyed ``"{part} {mode}"``
     (part ``prefill`` or ``decode``; mode ``alone``, ``batched``, ``wide``), and ``run_threshold``: what a single
-    sequence's decode figure is held to (NaN when no decode figure was measured), and ``path_cap``: the most of
-    the engine's own path noise the judge's other checks allow for (``parity_checks.path_noise``): the decode
+    sequence's decode figure is held to (NaN when no decode figure was measured), and ``path_cap``: the most each
+    part of the engine's own path noise may count for (``parity_checks.path_noise``: its decode consistency part and
+    its batch noise, so the path noise is at most ``sqrt(2)`` times this): the decode
     figures' thresholds without the ``K_CONSISTENCY_ANCHOR`` anchor but with the amplification one.
 
     Why the cap: a decode figure may sit anywhere under its threshold, which at full size is 5.8x HF's (0.27-0.30

@@ -87,7 +87,8 @@ def batch_allowance(run: RunFigures, tol: Tolerance) -> float:
     """The engine's batch noise (``RunFigures.batch_noise``) at most ``run.path_cap`` (the decode consistency
     threshold where no cap was set), 0 where not measured: what a row computed in a batch the judge's teacher-forced
     runs did not form may differ by, relative to the row. Widens ``path_noise`` and, in quadrature, the serving
-    script's path thresholds (a batch-invariant engine's is 0: nothing widens)."""
+    script's path threshold (pieces, the equal-length batch, and through it the long decodes' drift threshold); a
+    batch-invariant engine's is 0: nothing widens."""
     cap = run.path_cap if math.isfinite(run.path_cap) else tol.consistency
     return min(run.batch_noise, cap) if math.isfinite(run.batch_noise) else 0.0
 

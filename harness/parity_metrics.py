@@ -208,7 +208,8 @@ def greedy_self_agreement(
     the engine's alone − batched logits over the prompt's rows, so that where one row happens to agree between the
     two runs, ``generate``'s other batch may still move each id by a fresh draw of the engine's batch variation
     (``z`` = ``row_z`` of them); 0 for a batch-invariant engine. ``path``: the engine's own path noise, relative to the
-    row (its decode consistency figure: teacher-forced rows against its own prefill of the same tokens), since
+    row (``parity_checks.path_noise``: its decode consistency figure, teacher-forced rows against its own prefill of
+    the same tokens, with its batch noise in quadrature), since
     ``generate`` may reach a row by another path than ``prefill()``/``decode()`` (a scheduler prefilling a long prompt
     in chunks: the red team's ``honest_tunables_chunks``, ``prefill_chunk_tokens`` 256, was refused at 3.29x the
     bound without it). Unlike the reference tie rule, no allowance for the engine's error against the reference

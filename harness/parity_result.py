@@ -82,7 +82,8 @@ class RunFigures:
             prefill of the same tokens (``Tolerance.consistency``).
         consistency_tolerances: the threshold of each ``consistency`` figure, by the rows it pooled and HF's own
             figure (``Tolerance.consistency_threshold``).
-        path_cap: the most path noise the other checks allow for (``harness.consistency.ConsistencyFigures``).
+        path_cap: the most each part of the path noise counts for (``harness.consistency.ConsistencyFigures``;
+            ``parity_checks.path_noise``).
         batch_noise: the engine's largest relative L2 difference of one teacher-forced row that predicted a greedy
             token between the prompt's alone run and its batched or wide run (``parity_metrics.row_variation``), part
             of its path noise (``parity_checks.path_noise``); NaN where not measured.
