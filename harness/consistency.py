@@ -84,7 +84,7 @@ def pooled_by_source(err2: list[torch.Tensor], ref2: list[torch.Tensor], sources
             keep = kept_rows(e.numel(), drop)
             idx = e.argsort()[:keep]
         else:
-            idx = torch.tensor([j for j, p in enumerate(positions[n]) if p in kept_at[src]], dtype=torch.long)
+            idx = torch.tensor([j for j, p in enumerate(positions[n]) if int(p) in kept_at[src]], dtype=torch.long)
             keep = idx.numel()
         acc = sums.setdefault(src, [0.0, 0.0])
         acc[0] += float(e[idx].sum())

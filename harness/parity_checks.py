@@ -41,7 +41,7 @@ def judge_logits(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, greedy:
         fig.failures.append(f"prefill rel err {fig.prompt_rel_err:.3g} > {tol.logits_prompt:.3g}")
     if not fig.decode_rel_err <= tol.logits_decode:
         fig.failures.append(f"decode rel err {fig.decode_rel_err:.3g} > {tol.logits_decode:.3g}")
-    steps = slice(n - 1, n - 1 + len(ref.continuation))  # rows that predicted the continuation
+    steps = greedy_rows(ref)
     slack, _ = batch_variation(e[steps], other[steps])
     fig.greedy_match, fig.greedy_compared = greedy_agreement(
         list(greedy), ref.continuation, e[steps], r[steps], floor_rel=tol.tie_floor_rel, slack=slack
@@ -55,13 +55,19 @@ def judge_greedy_self(fig: PromptFigures, e: torch.Tensor, ref: ReferenceRun, gr
     """Hold the entry's ``generate`` tokens to the engine's own teacher-forced rows ``e`` [P + n, V]
     (``parity_metrics.greedy_self_agreement``); ``other``: the other mode's rows (batch variation), ``path``: the
     run's path noise (``path_noise``). Records ``fig.greedy_self`` and a failure over the bound."""
-    steps = slice(ref.split - 1, ref.split - 1 + len(ref.continuation))
+    steps = greedy_rows(ref)
     slack, noise = batch_variation(e[steps], other[steps])
     at, fig.greedy_self = greedy_self_agreement(list(greedy), ref.continuation, e[steps], floor_rel=tol.tie_floor_rel,
                                                 slack=slack, noise=noise, path=path)
     if at < len(ref.continuation):
         fig.failures.append(f"greedy token {at} ({greedy[at]}) is not a top-1 of the engine's own teacher-forced row "
                             f"({fig.greedy_self:.3g}x the bound): generate() computes otherwise than prefill()/decode()")
+
+
+def greedy_rows(ref: ReferenceRun) -> slice:
+    """The rows of a teacher-forced block [S + n, V] that predicted the continuation's n tokens (the last kept prompt
+    row and the first n - 1 decode rows): what the greedy rules and the batch noise read."""
+    return slice(ref.split - 1, ref.split - 1 + len(ref.continuation))
 
 
 def path_noise(run: RunFigures, tol: Tolerance) -> float:
@@ -77,9 +83,8 @@ def path_noise(run: RunFigures, tol: Tolerance) -> float:
     in quadrature (independent sources), each at most ``run.path_cap`` (``ConsistencyFigures``: what an honest engine's
     figure may be, so that noise added to pass it buys no wider allowance; the decode consistency threshold where no
     cap was set)."""
-    cap = run.path_cap if math.isfinite(run.path_cap) else tol.consistency
     xs = [x for k, x in run.consistency.items() if k.startswith("decode")]
-    own = min(max(xs), cap) if xs and all(math.isfinite(x) for x in xs) else tol.consistency
+    own = min(max(xs), _cap(run, tol)) if xs and all(math.isfinite(x) for x in xs) else tol.consistency
     return math.hypot(own, batch_allowance(run, tol))
 
 
@@ -89,8 +94,12 @@ def batch_allowance(run: RunFigures, tol: Tolerance) -> float:
     runs did not form may differ by, relative to the row. Widens ``path_noise`` and, in quadrature, the serving
     script's path threshold (pieces, the equal-length batch, and through it the long decodes' drift threshold); a
     batch-invariant engine's is 0: nothing widens."""
-    cap = run.path_cap if math.isfinite(run.path_cap) else tol.consistency
-    return min(run.batch_noise, cap) if math.isfinite(run.batch_noise) else 0.0
+    return min(run.batch_noise, _cap(run, tol)) if math.isfinite(run.batch_noise) else 0.0
+
+
+def _cap(run: RunFigures, tol: Tolerance) -> float:
+    """``run.path_cap``, or the decode consistency threshold where no cap was set."""
+    return run.path_cap if math.isfinite(run.path_cap) else tol.consistency
 
 
 @dataclass
@@ -310,7 +319,7 @@ def evaluate(engine: EngineApi, reference: ReferenceCache, prompts: list[Prompt]
     if wide_runs:
         runs["wide"] = wide_runs
     run = run_checks(list(hidden_of.values()), runs, len(refs[0].continuation), tol, refs)
-    steps = [slice(r.split - 1, r.split - 1 + len(r.continuation)) for r in refs]  # the rows the greedy rules read
+    steps = [greedy_rows(r) for r in refs]
     run.batch_noise = max([row_variation(b[s], a[s]) for a, b, s in zip(alone, batched, steps, strict=True)]
                           + [row_variation(ew[steps[i]], alone[i][steps[i]])
                              for i, ew in zip(wide_idx, wide_logits[:k], strict=True)], default=0.0)
